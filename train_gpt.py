@@ -1,0 +1,1257 @@
+"""Parameter-golf GPT trainer: one self-contained file, the counted code of a submission.
+
+Reproduces record 2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (see SPEC in the repo's
+README): an 11-layer GPT (d=512, GQA 8/4, partial RoPE, XSA on the last layers, BigramHash, SmearGate, value
+embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP), parameter banks trained with Parallel Muon, Adam for the rest,
+EMA/SWA weight averages and late QAT.
+
+Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is an environment variable named
+after a `Hyperparameters` field (upper-cased); the defaults ARE the record's run command. Without CUDA the same
+code runs on the CPU (fp32, gloo, no compile) so tiny configs and the test-suite exercise the real paths.
+"""
+
+# ==== 0. IMPORTS ====
+import contextlib
+import copy
+import dataclasses
+import difflib
+import glob
+import hashlib
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
+    from flash_attn_interface import flash_attn_func as _flash_attn_func
+except ImportError:
+    _flash_attn_func = None
+
+# RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled
+# base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
+ROPE_TRAIN_SEQ_LEN = 1024
+ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "TORCH_COMPILE", "ATTN_")
+ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
+
+
+# ==== 1. CONFIGURATION ====
+@dataclass(frozen=True)
+class Hyperparameters:
+    """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env."""
+
+    # Data and run identity
+    data_path: str = "./data/datasets/fineweb10B_sp1024"
+    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
+    run_id: str = ""  # empty: a fresh uuid4 per run
+    seed: int = 1337
+    # Schedule and batch
+    iterations: int = 9000
+    warmup_steps: int = 20
+    warmdown_iters: int = 3500
+    max_wallclock_seconds: float = 600.0  # <= 0: no cap (warmdown by iterations)
+    train_batch_tokens: int = 786432
+    train_seq_len: int = 2048
+    eval_seq_len: int = 2048  # <= 0: same as train_seq_len
+    val_batch_size: int = 524288
+    val_loss_every: int = 4000
+    train_log_every: int = 500
+    # Model
+    vocab_size: int = 1024
+    num_layers: int = 11
+    model_dim: int = 512
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    mlp_mult: float = 3.0
+    tie_embeddings: bool = True
+    tied_embed_init_std: float = 0.005
+    rope_base: float = 10000.0
+    rope_dims: int = 16
+    logit_softcap: float = 30.0
+    qk_gain_init: float = 1.5
+    xsa_last_n: int = 4
+    ln_scale: bool = True
+    bigram_vocab_size: int = 1536
+    bigram_dim: int = 128
+    ve_enabled: bool = True
+    ve_dim: int = 128
+    ve_layers: str = "9,10"
+    # Optimizers
+    matrix_lr: float = 0.025
+    scalar_lr: float = 0.025
+    tied_embed_lr: float = 0.035
+    embed_lr: float = 0.6  # untied embeddings only
+    head_lr: float = 0.008  # untied head only
+    muon_momentum: float = 0.99
+    muon_momentum_warmup_start: float = 0.92
+    muon_momentum_warmup_steps: int = 1500
+    muon_backend_steps: int = 5
+    muon_wd: float = 0.04
+    adam_wd: float = 0.04
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip_norm: float = 0.3  # <= 0: no clipping
+    # Weight averaging and QAT (training side; applying them is the end-of-run pipeline's job)
+    ema_enabled: bool = True
+    ema_decay: float = 0.997
+    swa_enabled: bool = False
+    swa_every: int = 50
+    qat_enabled: bool = False
+    late_qat_threshold: float = 0.15
+    # Runtime
+    torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
+    attn_backend: str = "auto"
+
+    @classmethod
+    def from_env(cls, environ) -> "Hyperparameters":
+        """Parse every field from `environ`; collect all parse errors, then all cross-field errors."""
+        values, errors = {}, []
+        for f in fields(cls):
+            env_name = f.name.upper()
+            if env_name not in environ:
+                continue
+            raw = environ[env_name]
+            try:
+                values[f.name] = _parse_env_value(raw, f.type)
+            except ValueError as exc:
+                errors.append("%s=%r: expected %s (%s)" % (env_name, raw, _type_label(f.type), exc))
+        if errors:
+            raise ConfigError(errors)
+        h = cls(**values)
+        if not h.run_id:
+            h = dataclasses.replace(h, run_id=str(uuid.uuid4()))
+        h.validate()
+        return h
+
+    def validate(self) -> None:
+        errors = []
+        if self.model_dim % max(self.num_heads, 1) != 0:
+            errors.append("MODEL_DIM=%d must be divisible by NUM_HEADS=%d" % (self.model_dim, self.num_heads))
+        elif (self.model_dim // self.num_heads) % 2 != 0:
+            errors.append("head dim MODEL_DIM/NUM_HEADS=%d must be even (RoPE)" % (self.model_dim // self.num_heads))
+        elif not 0 < self.rope_dims <= self.model_dim // self.num_heads or self.rope_dims % 2:
+            errors.append("ROPE_DIMS=%d must be even and in (0, head_dim=%d]"
+                          % (self.rope_dims, self.model_dim // self.num_heads))
+        if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0:
+            errors.append("NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads))
+        for name in ("num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens",
+                     "val_batch_size", "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every"):
+            if getattr(self, name) <= 0:
+                errors.append("%s=%d must be > 0" % (name.upper(), getattr(self, name)))
+        if self.logit_softcap <= 0:
+            errors.append("LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap)
+        if self.bigram_vocab_size < 2:
+            errors.append("BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size)
+        if not 0 <= self.xsa_last_n <= self.num_layers:
+            errors.append("XSA_LAST_N=%d must be in [0, NUM_LAYERS=%d]" % (self.xsa_last_n, self.num_layers))
+        try:
+            layers = self.ve_layer_indices
+            bad = [i for i in layers if not 0 <= i < self.num_layers]
+            if bad or len(set(layers)) != len(layers):
+                errors.append("VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers))
+        except ValueError:
+            errors.append("VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers)
+        if not 0.0 < self.ema_decay < 1.0:
+            errors.append("EMA_DECAY=%s must be in (0, 1)" % self.ema_decay)
+        if self.torch_compile not in ("auto", "0", "1"):
+            errors.append("TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile)
+        if self.attn_backend not in ATTENTION_BACKENDS:
+            errors.append("ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS)))
+        if self.warmup_steps < 0 or self.iterations < 0:
+            errors.append("WARMUP_STEPS and ITERATIONS must be >= 0")
+        if errors:
+            raise ConfigError(errors)
+
+    def validate_for_world(self, world_size: int) -> None:
+        """Checks that depend on the launch (world size) as well as the config; all problems at once."""
+        errors = []
+        if world_size <= 0 or 8 % world_size != 0:
+            errors.append("WORLD_SIZE=%d must divide 8 (grad_accum_steps = 8 / WORLD_SIZE)" % world_size)
+            raise ConfigError(errors)
+        micro_batches = world_size * (8 // world_size)
+        if self.train_batch_tokens % micro_batches != 0:
+            errors.append("TRAIN_BATCH_TOKENS=%d must be divisible by world_size*grad_accum_steps=%d"
+                          % (self.train_batch_tokens, micro_batches))
+        elif (self.train_batch_tokens // micro_batches) % self.train_seq_len != 0:
+            errors.append("TRAIN_BATCH_TOKENS/(world_size*grad_accum_steps)=%d must be a multiple of TRAIN_SEQ_LEN=%d"
+                          % (self.train_batch_tokens // micro_batches, self.train_seq_len))
+        if (self.val_batch_size // micro_batches) // self.train_seq_len < 1:
+            errors.append("VAL_BATCH_SIZE=%d gives no full sequence of TRAIN_SEQ_LEN=%d per rank and micro-step"
+                          % (self.val_batch_size, self.train_seq_len))
+        if errors:
+            raise ConfigError(errors)
+
+    @property
+    def ve_layer_indices(self) -> Tuple[int, ...]:
+        return tuple(int(part) for part in self.ve_layers.split(",") if part.strip()) if self.ve_enabled else ()
+
+    @property
+    def effective_eval_seq_len(self) -> int:
+        return self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len
+
+    @property
+    def train_files(self) -> str:
+        return os.path.join(self.data_path, "fineweb_train_*.bin")
+
+    @property
+    def val_files(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+
+    @property
+    def max_wallclock_ms(self) -> Optional[float]:
+        return 1000.0 * self.max_wallclock_seconds if self.max_wallclock_seconds > 0 else None
+
+
+class ConfigError(ValueError):
+    def __init__(self, errors: List[str]):
+        self.errors = list(errors)
+        super().__init__("invalid configuration:\n  " + "\n  ".join(self.errors))
+
+
+def _type_label(annotation) -> str:
+    return {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
+
+
+def _parse_env_value(raw: str, annotation):
+    if annotation is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("not a boolean")
+    if annotation is int:
+        return int(raw.strip())
+    if annotation is float:
+        value = float(raw.strip())
+        if not math.isfinite(value):
+            raise ValueError("not finite")
+        return value
+    return raw
+
+
+def suspicious_env_names(environ) -> List[str]:
+    """Env vars that look like ours but are no field (e.g. the record README's EMA_ENABLED/LATE_QAT that its
+    script never read): returned as warnings so such mistakes are visible in the log."""
+    known = {f.name.upper() for f in fields(Hyperparameters)}
+    known |= {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    warnings = []
+    for name in sorted(environ):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if name.startswith(ENV_PREFIXES_OF_OURS) or close:
+            hint = " (did you mean %s?)" % close[0] if close else ""
+            warnings.append("%s=%s is not a setting of this script and is IGNORED%s" % (name, environ[name], hint))
+    return warnings
+
+
+# ==== 2. DISTRIBUTED RUNTIME AND LOGGING ====
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return 8 // self.world_size
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def init_distributed(environ) -> DistInfo:
+    """torchrun env (RANK, WORLD_SIZE, LOCAL_RANK) -> process group: NCCL on CUDA, gloo on CPU."""
+    launched = "RANK" in environ and "WORLD_SIZE" in environ
+    rank = int(environ["RANK"]) if launched else 0
+    world_size = int(environ["WORLD_SIZE"]) if launched else 1
+    local_rank = int(environ.get("LOCAL_RANK", "0")) if launched else 0
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if launched:
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                device_id=device if device.type == "cuda" else None)
+    return DistInfo(rank, world_size, local_rank, device)
+
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
+
+
+def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
+    if dist_info.distributed:
+        dist.all_reduce(tensor, op=_REDUCE_OPS[op])
+    return tensor
+
+
+def barrier(dist_info: DistInfo) -> None:
+    if dist_info.distributed:
+        dist.barrier()
+
+
+class Logger:
+    """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent."""
+
+    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
+        self.enabled = dist_info.is_main
+        self.path = os.path.join(log_dir, run_id + ".txt")
+        self._file = None
+        if self.enabled:
+            os.makedirs(log_dir, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+            print("logfile:" + self.path, flush=True)
+
+    def log(self, msg: str, console: bool = True) -> None:
+        if not self.enabled:
+            return
+        if console:
+            print(msg, flush=True)
+        self._file.write(msg + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> None:
+    """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config."""
+    logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
+    logger.log(code, console=False)
+    logger.log("=" * 100, console=False)
+    logger.log("Running Python " + sys.version, console=False)
+    logger.log("Running PyTorch " + torch.__version__, console=False)
+    try:
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        smi = "nvidia-smi: not available"
+    logger.log(smi, console=False)
+    logger.log("=" * 100, console=False)
+    for f in fields(h):
+        logger.log("config:%s=%s" % (f.name, getattr(h, f.name)), console=False)
+    for warning in suspicious_env_names(environ):
+        logger.log("WARNING unknown_env: " + warning)
+
+
+# ==== 3. DATA ====
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+SHARD_HEADER_WORDS = 256
+SHARD_HEADER_BYTES = SHARD_HEADER_WORDS * 4
+
+
+class ShardFormatError(ValueError):
+    """A token shard whose header, size or contents do not match the challenge format (SPEC §2)."""
+
+
+def load_data_shard(path: str) -> np.ndarray:
+    """Read one shard fully validated: 256 int32 header words [magic, version, N, 0...] + N uint16 tokens."""
+    try:
+        file_size = os.path.getsize(path)
+    except OSError as exc:
+        raise ShardFormatError("%s: cannot read shard (%s)" % (path, exc)) from exc
+    if file_size < SHARD_HEADER_BYTES:
+        raise ShardFormatError("%s: %d bytes is shorter than the %d-byte header" % (path, file_size, SHARD_HEADER_BYTES))
+    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_WORDS)
+    if int(header[0]) != SHARD_MAGIC:
+        raise ShardFormatError("%s: magic number %d, expected %d" % (path, int(header[0]), SHARD_MAGIC))
+    if int(header[1]) != SHARD_VERSION:
+        raise ShardFormatError("%s: version %d, expected %d" % (path, int(header[1]), SHARD_VERSION))
+    num_tokens = int(header[2])
+    expected = SHARD_HEADER_BYTES + 2 * num_tokens
+    if num_tokens < 0 or file_size != expected:
+        raise ShardFormatError("%s: size %d bytes does not match the header's %d tokens (expected %d bytes)"
+                               % (path, file_size, num_tokens, expected))
+    tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=SHARD_HEADER_BYTES)
+    if tokens.size != num_tokens:
+        raise ShardFormatError("%s: short read, %d of %d tokens" % (path, tokens.size, num_tokens))
+    return tokens
+
+
+def list_shards(pattern: str, what: str) -> List[str]:
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise FileNotFoundError("no %s shards match %s (set DATA_PATH, or build data: see README)" % (what, pattern))
+    return files
+
+
+class TokenStream:
+    """SPEC §3: shards in sorted order, read sequentially, wrapping forever; requests may cross shards."""
+
+    def __init__(self, pattern: str):
+        self.files = list_shards(pattern, "train")
+        self.file_index = 0
+        self.tokens = load_data_shard(self.files[0])
+        self.position = 0
+
+    def take(self, count: int) -> np.ndarray:
+        pieces = []
+        while count > 0:
+            if self.position >= self.tokens.size:
+                self.file_index = (self.file_index + 1) % len(self.files)
+                self.tokens = load_data_shard(self.files[self.file_index])
+                self.position = 0
+                continue
+            piece = self.tokens[self.position:self.position + count]
+            pieces.append(piece)
+            self.position += piece.size
+            count -= piece.size
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+class DistributedTokenLoader:
+    """Synchronous loader: every rank reads the whole W*span chunk of a micro-step and keeps its own span."""
+
+    def __init__(self, pattern: str, dist_info: DistInfo):
+        self.stream = TokenStream(pattern)
+        self.dist_info = dist_info
+
+    def next_batch(self, global_tokens: int, seq_len: int) -> Tuple[Tensor, Tensor]:
+        world, rank = self.dist_info.world_size, self.dist_info.rank
+        local = global_tokens // (world * self.dist_info.grad_accum_steps)
+        span = local + 1
+        chunk = self.stream.take(world * span)
+        own = torch.from_numpy(chunk[rank * span:(rank + 1) * span].astype(np.int64))
+        x = own[:-1].reshape(-1, seq_len)
+        y = own[1:].reshape(-1, seq_len)
+        device = self.dist_info.device
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+    def close(self) -> None:
+        pass
+
+
+# ==== 4. MODEL ====
+def rms_norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
+    """Late-QAT forward weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, values on the record's
+    [-32, 31] grid, straight-through gradient to W."""
+    w32 = weight.float()
+    sigma = (w32.abs().amax(dim=1, keepdim=True) / 31.0).clamp_min(1.0 / 31.0)
+    quantized = torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma
+    return weight + (quantized.to(weight.dtype) - weight).detach()
+
+
+class CastedLinear(nn.Linear):
+    """fp32 master weight, cast to the activation dtype at the matmul; fake-quantized in training when QAT is on."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+        self.qat = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = fake_quantize_int6_rows(self.weight) if self.qat and self.training else self.weight
+        return F.linear(x, weight.to(x.dtype))
+
+
+def rotary_tables(seq_len: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, Tensor]:
+    """cos/sin (T, rope_dims/2) with the record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), built in fp32."""
+    if seq_len > ROPE_TRAIN_SEQ_LEN:
+        base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
+    inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_partial_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, T, H, D): rotate dims [0, R) as pairs (u = first half, w = second half); dims [R, D) pass through."""
+    half = cos.size(-1)
+    u, w, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat((u * cos + w * sin, w * cos - u * sin, rest), dim=-1)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
+    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
+    if backend == "fa3":
+        out = _flash_attn_func(q, k, v, causal=True)
+        return out[0] if isinstance(out, tuple) else out
+    group = q.size(2) // k.size(2)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+
+class CausalSelfAttention(nn.Module):
+    """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
+
+    def __init__(self, h: Hyperparameters, use_xsa: bool):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
+        self.head_dim = h.model_dim // h.num_heads
+        self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
+        self.use_xsa = use_xsa
+        self.backend = "sdpa"
+
+    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, Tensor],
+                value_embed: Optional[Tensor]) -> Tensor:
+        batch, seq_len, _ = x.shape
+        q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
+        k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
+        v = F.linear(x, w_v.to(x.dtype))
+        if value_embed is not None:
+            v = v + value_embed
+        v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
+        q = apply_partial_rotary(rms_norm(q), *rope)
+        k = apply_partial_rotary(rms_norm(k), *rope)
+        q = q * self.q_gain.to(q.dtype)[None, None, :, None]
+        y = causal_attention(q, k, v, self.backend)
+        if self.use_xsa:
+            # XSA: remove from each head's output its component along its (unit) value vector.
+            group = self.num_heads // self.num_kv_heads
+            y = y.view(batch, seq_len, self.num_kv_heads, group, self.head_dim)
+            v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
+            y = y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit
+        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
+
+
+class Block(nn.Module):
+    def __init__(self, h: Hyperparameters, layer_index: int):
+        super().__init__()
+        dim = h.model_dim
+        self.attn = CausalSelfAttention(h, use_xsa=layer_index >= h.num_layers - h.xsa_last_n)
+        self.attn_scale = nn.Parameter(torch.ones(dim))
+        self.mlp_scale = nn.Parameter(torch.ones(dim))
+        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
+        self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+
+    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
+        w_q, w_k, w_v, w_o, w_up, w_down = weights
+        mix = self.resid_mix.to(x.dtype)
+        x = mix[0] * x + mix[1] * x0
+        attn_out = self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
+        x = x + self.attn_scale.to(x.dtype) * attn_out
+        hidden = F.leaky_relu(F.linear(rms_norm(x) * self.norm_factor, w_up.to(x.dtype)), negative_slope=0.5)
+        return x + self.mlp_scale.to(x.dtype) * F.linear(hidden.square(), w_down.to(x.dtype))
+
+
+class BigramHash(nn.Module):
+    """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        self.buckets = h.bigram_vocab_size
+        self.embed = nn.Embedding(h.bigram_vocab_size, h.bigram_dim)
+        self.proj = CastedLinear(h.bigram_dim, h.model_dim)
+        self.scale = nn.Parameter(torch.tensor(0.05))
+
+    def bucket_ids(self, ids: Tensor) -> Tensor:
+        ids32 = ids.to(torch.int32)
+        modulus = self.buckets - 1
+        pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
+        first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
+        return torch.cat((first, pairs), dim=1)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(self.bucket_ids(ids)))
+
+
+class SmearGate(nn.Module):
+    """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gate = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        g = torch.sigmoid(self.gate.to(x.dtype))
+        return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
+
+
+class ValueEmbedding(nn.Module):
+    """Shared token -> value-space embedding added to v in the VE layers, each with its own scalar."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
+        self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
+        self.proj = CastedLinear(h.ve_dim, kv_dim)
+        self.scale = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(ids))
+
+
+class GPT(nn.Module):
+    """Weights of all attention/MLP matrices live in four banks (one Muon update per bank):
+    qo_bank (2n, d, d) = [W_q of layers 0..n-1, W_o of layers 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...];
+    mlp_up_bank (n, F, d); mlp_down_bank (n, d, F)."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        n, dim = h.num_layers, h.model_dim
+        kv_dim = h.num_kv_heads * (dim // h.num_heads)
+        hidden = int(h.mlp_mult * dim)
+        self.num_layers, self.logit_softcap, self.rope_base, self.rope_dims = n, h.logit_softcap, h.rope_base, h.rope_dims
+        self.tok_emb = nn.Embedding(h.vocab_size, dim)
+        self.bigram = BigramHash(h)
+        self.smear = SmearGate(dim)
+        self.num_encoder_layers = n // 2
+        self.skip_weights = nn.Parameter(torch.ones(min(self.num_encoder_layers, n - self.num_encoder_layers), dim))
+        self.qo_bank = nn.Parameter(torch.empty(2 * n, dim, dim))
+        self.kv_bank = nn.Parameter(torch.empty(2 * n, kv_dim, dim))
+        self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
+        self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
+        self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
+        self.ve_layers = h.ve_layer_indices
+        self.ve_shared = ValueEmbedding(h) if self.ve_layers else None
+        self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
+        self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
+        self._init_weights(h)
+
+    @torch.no_grad()
+    def _init_weights(self, h: Hyperparameters) -> None:
+        n = self.num_layers
+        nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
+        nn.init.zeros_(self.bigram.embed.weight)
+        nn.init.orthogonal_(self.bigram.proj.weight)
+        for i in range(n):
+            nn.init.orthogonal_(self.qo_bank[i])
+            nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
+            nn.init.orthogonal_(self.kv_bank[i])
+            nn.init.orthogonal_(self.kv_bank[n + i])
+            nn.init.orthogonal_(self.mlp_up_bank[i])
+            nn.init.zeros_(self.mlp_down_bank[i])
+        if self.ve_shared is not None:
+            nn.init.normal_(self.ve_shared.embed.weight, std=0.01)
+            nn.init.orthogonal_(self.ve_shared.proj.weight)
+        if self.lm_head is not None:
+            nn.init.zeros_(self.lm_head.weight)
+
+    def set_attention_backend(self, backend: str) -> None:
+        for block in self.blocks:
+            block.attn.backend = backend
+
+    def set_qat(self, enabled: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, CastedLinear):
+                module.qat = enabled
+
+    def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
+        n = self.num_layers
+        return (self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i], self.qo_bank[n + i],
+                self.mlp_up_bank[i], self.mlp_down_bank[i])
+
+    def forward_hidden(self, ids: Tensor) -> Tensor:
+        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
+        x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
+        x = x0 = self.smear(x)
+        rope = rotary_tables(ids.size(1), self.rope_dims, self.rope_base, ids.device, x.dtype)
+        value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
+        skips = []
+        for i, block in enumerate(self.blocks):
+            if i >= self.num_encoder_layers and skips:
+                x = x + self.skip_weights[i - self.num_encoder_layers].to(x.dtype) * skips.pop()
+            ve = None
+            if i in self.ve_layers:
+                ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+            x = block(x, x0, self.layer_weights(i), rope, ve)
+            if i < self.num_encoder_layers:
+                skips.append(x)
+        return x
+
+    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> fp32 soft-capped logits (..., V)."""
+        x = rms_norm(hidden)
+        logits = F.linear(x, self.tok_emb.weight.to(x.dtype)) if self.lm_head is None else self.lm_head(x)
+        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap)
+
+    def forward_logits(self, ids: Tensor) -> Tensor:
+        return self.logits_from_hidden(self.forward_hidden(ids))
+
+    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
+        logits = self.forward_logits(ids)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def build_model(h: Hyperparameters, device: torch.device) -> GPT:
+    """Seeded fp32 build on CPU, then the record's dtype recipe on CUDA: bf16 except the banks, CastedLinear
+    weights and every 0-D/1-D parameter, which go back to fp32 (so only the embeddings stay bf16)."""
+    random.seed(h.seed)
+    np.random.seed(h.seed)
+    torch.manual_seed(h.seed)
+    model = GPT(h)
+    if device.type == "cuda":
+        model = model.to(device).bfloat16()
+        keep_fp32 = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+        for name, param in model.named_parameters():
+            if name.endswith("_bank") or id(param) in keep_fp32 or param.ndim < 2:
+                param.data = param.data.float()
+    return model.to(device)
+
+
+# ==== 5. OPTIMIZERS ====
+def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
+    """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrices
+    transposed = x.size(-2) > x.size(-1)
+    if transposed:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.mT if transposed else x
+
+
+class ParallelMuon(torch.optim.Optimizer):
+    """Muon on the parameter banks with the record's communication overlap (SPEC §5), no DDP.
+
+    After backward (and clipping) the caller runs `launch_reduce_scatter()`: each bank's grad is copied into a
+    zero-padded buffer (rows padded to a multiple of the world size) and an async reduce-scatter (AVG) starts,
+    largest bank first. While those run, the caller all-reduces the small replicated grads and steps Adam. Then
+    `step()`: per bank, wait for its shard, apply Nesterov momentum and NS5 to this rank's rows only, start an
+    async all-gather of the update, and apply the previous bank's gathered update while this one is in flight.
+    Momentum lives in this rank's shard (optimizer state), so banks stay bit-identical across ranks. World size 1
+    runs the same code with the collectives skipped."""
+
+    def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
+                 weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype):
+        ordered = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
+        super().__init__(ordered, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
+        self.dist_info, self.backend_steps, self.work_dtype = dist_info, backend_steps, work_dtype
+        self.banks = ordered
+        self._buffers: Dict[int, Dict[str, Tensor]] = {}
+        self._reduce_handles: List = []
+
+    def _bank_buffers(self, bank: Tensor) -> Dict[str, Tensor]:
+        buffers = self._buffers.get(id(bank))
+        if buffers is None:
+            world = self.dist_info.world_size
+            padded_rows = -(-bank.size(0) // world) * world
+            shape = (padded_rows,) + tuple(bank.shape[1:])
+            padded = torch.zeros(shape, dtype=self.work_dtype, device=bank.device)
+            if self.dist_info.distributed:
+                shard = torch.empty((padded_rows // world,) + shape[1:], dtype=self.work_dtype, device=bank.device)
+                gathered = torch.empty_like(padded)
+            else:
+                shard, gathered = padded, None
+            buffers = self._buffers[id(bank)] = {"padded": padded, "shard": shard, "gathered": gathered}
+        return buffers
+
+    @torch.no_grad()
+    def launch_reduce_scatter(self) -> None:
+        self._reduce_handles = []
+        for bank in self.banks:
+            buffers = self._bank_buffers(bank)
+            buffers["padded"][:bank.size(0)].copy_(bank.grad)  # pad rows stay zero: NS5 keeps them zero
+            handle = None
+            if self.dist_info.distributed:
+                handle = dist.reduce_scatter_tensor(buffers["shard"], buffers["padded"], op=dist.ReduceOp.AVG,
+                                                    async_op=True)
+            self._reduce_handles.append(handle)
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        if len(self._reduce_handles) != len(self.banks):
+            raise RuntimeError("ParallelMuon.step() needs launch_reduce_scatter() after each backward")
+        group = self.param_groups[0]
+        pending = None
+        for bank, reduce_handle in zip(self.banks, self._reduce_handles):
+            buffers = self._buffers[id(bank)]
+            if reduce_handle is not None:
+                reduce_handle.wait()
+            shard = buffers["shard"]
+            state = self.state[bank]
+            if "momentum" not in state:
+                state["momentum"] = torch.zeros_like(shard)
+            momentum = state["momentum"]
+            momentum.mul_(group["momentum"]).add_(shard)
+            update = newton_schulz5(shard.add(momentum, alpha=group["momentum"]), self.backend_steps)
+            gather_handle = None
+            if self.dist_info.distributed:
+                gather_handle = dist.all_gather_into_tensor(buffers["gathered"], update, async_op=True)
+                update = buffers["gathered"]
+            if pending is not None:
+                self._apply(group, *pending)
+            pending = (bank, update, gather_handle)
+        if pending is not None:
+            self._apply(group, *pending)
+        self._reduce_handles = []
+
+    @staticmethod
+    def _apply(group: dict, bank: Tensor, update: Tensor, gather_handle) -> None:
+        if gather_handle is not None:
+            gather_handle.wait()
+        scale = max(1.0, bank.size(-2) / bank.size(-1)) ** 0.5
+        bank.mul_(1.0 - group["lr"] * group["weight_decay"])
+        bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
+
+
+class Optimizers:
+    """Muon for the banks; AdamW for embeddings (one group each) and for scalars/small matrices; plain Adam for an
+    untied head. `step` follows the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
+
+    def __init__(self, h: Hyperparameters, model: GPT, dist_info: DistInfo):
+        self.dist_info = dist_info
+        banks = [model.qo_bank, model.kv_bank, model.mlp_up_bank, model.mlp_down_bank]
+        embeddings = [model.tok_emb.weight, model.bigram.embed.weight]
+        if model.ve_shared is not None:
+            embeddings.append(model.ve_shared.embed.weight)
+        head = [model.lm_head.weight] if model.lm_head is not None else []
+        special = {id(p) for p in banks + embeddings + head}
+        scalars = [p for p in model.parameters() if id(p) not in special]
+        fused = dist_info.is_cuda
+        token_lr = h.tied_embed_lr if h.tie_embeddings else h.embed_lr
+        adam_args = dict(betas=(h.beta1, h.beta2), eps=h.adam_eps, fused=fused)
+        self.adams = [
+            torch.optim.AdamW([dict(params=[p], lr=token_lr, base_lr=token_lr) for p in embeddings],
+                              weight_decay=h.adam_wd, **adam_args),
+            torch.optim.AdamW([dict(params=scalars, lr=h.scalar_lr, base_lr=h.scalar_lr)],
+                              weight_decay=h.adam_wd, **adam_args),
+        ]
+        if head:
+            self.adams.append(torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args))
+        work_dtype = torch.bfloat16 if dist_info.is_cuda else torch.float32
+        self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
+                                 work_dtype)
+        self.replicated_params = embeddings + scalars + head
+        self.all = [self.muon] + self.adams
+
+    def set_schedule(self, lr_scale: float, muon_momentum: float) -> None:
+        for optimizer in self.all:
+            for group in optimizer.param_groups:
+                group["lr"] = group["base_lr"] * lr_scale
+        self.muon.param_groups[0]["momentum"] = muon_momentum
+
+    def step(self) -> None:
+        self.muon.launch_reduce_scatter()
+        for param in self.replicated_params:  # blocking AVG all-reduce per tensor, overlapping the reduce-scatters
+            all_reduce_(param.grad, self.dist_info, "avg")
+        for adam in self.adams:
+            adam.step()
+        self.muon.step()
+
+    def zero_grad(self) -> None:
+        for optimizer in self.all:
+            optimizer.zero_grad(set_to_none=True)
+
+    def state_dicts(self) -> List[dict]:
+        return [copy.deepcopy(optimizer.state_dict()) for optimizer in self.all]
+
+    def load_state_dicts(self, states: List[dict]) -> None:
+        for optimizer, state in zip(self.all, states):
+            optimizer.load_state_dict(state)
+
+
+def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
+    """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
+    if h.warmdown_iters <= 0:
+        return 1.0
+    cap_ms = h.max_wallclock_ms
+    if cap_ms is None:
+        if step < h.iterations - h.warmdown_iters:
+            return 1.0
+        return max((h.iterations - step) / h.warmdown_iters, 0.0)
+    warmdown_ms = h.warmdown_iters * (elapsed_ms / max(step, 1))
+    remaining_ms = max(cap_ms - elapsed_ms, 0.0)
+    return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+
+
+def muon_momentum_at(h: Hyperparameters, step: int) -> float:
+    frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
+    return (1.0 - frac) * h.muon_momentum_warmup_start + frac * h.muon_momentum
+
+
+# ==== 6. WEIGHT AVERAGING (training side) ====
+class WeightAverages:
+    """EMA of every state_dict tensor in fp32 (updated after every optimizer step) and, with SWA_ENABLED, a CPU sum
+    of snapshots taken every SWA_EVERY steps once the LR scale is below 0.2. Applying them happens at the end."""
+
+    def __init__(self, h: Hyperparameters, model: nn.Module):
+        self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
+        self.live = dict(model.state_dict())
+        self.ema = {k: t.detach().float().clone() for k, t in self.live.items()} if h.ema_enabled else None
+        self.swa_sum: Optional[Dict[str, Tensor]] = None
+        self.swa_count = 0
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        if self.ema is None:
+            return
+        keys = list(self.ema)
+        torch._foreach_lerp_([self.ema[k] for k in keys], [self.live[k].float() for k in keys], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def maybe_accumulate_swa(self, step: int, lr_scale: float) -> bool:
+        """Returns True when this call took the first snapshot (the caller logs `swa:start`)."""
+        if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
+            return False
+        snapshot = {k: t.detach().float().cpu() for k, t in self.live.items()}
+        if self.swa_sum is None:
+            self.swa_sum = snapshot
+        else:
+            for k, t in snapshot.items():
+                self.swa_sum[k] += t
+        self.swa_count += 1
+        return self.swa_count == 1
+
+
+# ==== 7. EVALUATION: BYTE TABLES AND PLAIN VALIDATION ====
+@dataclass(frozen=True)
+class ByteTables:
+    base_bytes: Tensor  # int64 (V,): UTF-8 bytes of the piece without its leading "▁"
+    has_leading_space: Tensor  # bool (V,): the piece starts with "▁" (one more byte unless after a boundary)
+    is_boundary: Tensor  # bool (V,): control/unknown/unused ids (0 bytes, and no space byte after them)
+
+
+def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
+    """SPEC §8 byte accounting for a SentencePiece model; its vocab must equal VOCAB_SIZE."""
+    base = np.zeros(vocab_size, dtype=np.int64)
+    space = np.zeros(vocab_size, dtype=np.bool_)
+    boundary = np.ones(vocab_size, dtype=np.bool_)
+    for token_id in range(sp.vocab_size()):
+        if sp.is_control(token_id) or sp.is_unknown(token_id) or sp.is_unused(token_id):
+            continue
+        boundary[token_id] = False
+        if sp.is_byte(token_id):
+            base[token_id] = 1
+            continue
+        piece = sp.id_to_piece(token_id)
+        if piece.startswith("\u2581"):
+            space[token_id] = True
+            piece = piece[1:]
+        base[token_id] = len(piece.encode("utf-8"))
+    return ByteTables(torch.from_numpy(base).to(device), torch.from_numpy(space).to(device),
+                      torch.from_numpy(boundary).to(device))
+
+
+def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
+    """Bytes each target token adds to the text: its own bytes, plus 1 for a leading space unless it follows a
+    boundary token (where the decoder drops that space)."""
+    extra = tables.has_leading_space[target_ids] & ~tables.is_boundary[prev_ids]
+    return tables.base_bytes[target_ids] + extra.to(torch.int64)
+
+
+@dataclass(frozen=True)
+class ValidationData:
+    tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
+    tables: ByteTables
+
+    @property
+    def num_targets(self) -> int:
+        return self.tokens.size - 1
+
+
+def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:
+    tokens = np.concatenate([load_data_shard(path) for path in list_shards(h.val_files, "validation")])
+    seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
+    usable = ((tokens.size - 1) // seq_len) * seq_len
+    if usable <= 0:
+        raise ValueError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
+                         % (h.val_files, tokens.size, seq_len))
+    too_large = int(tokens[:usable + 1].max())
+    if too_large >= h.vocab_size:
+        raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d" % (h.val_files, too_large, h.vocab_size))
+    return ValidationData(tokens[:usable + 1], build_byte_tables(sp, h.vocab_size, device))
+
+
+def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
+    val_loss = nll_sum / token_count
+    return val_loss, val_loss / math.log(2.0) * (token_count / byte_count)
+
+
+def autocast_context(dist_info: DistInfo):
+    if dist_info.is_cuda:
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData) -> Tuple[float, float]:
+    """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks; fp64 sums of nll, targets, bytes."""
+    seq_len = h.train_seq_len
+    total_seqs = val.num_targets // seq_len
+    first = total_seqs * dist_info.rank // dist_info.world_size
+    last = total_seqs * (dist_info.rank + 1) // dist_info.world_size
+    batch_seqs = (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
+    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for start in range(first, last, batch_seqs):
+            end = min(start + batch_seqs, last)
+            window = torch.from_numpy(val.tokens[start * seq_len:end * seq_len + 1].astype(np.int64))
+            window = window.to(dist_info.device, non_blocking=True)
+            x, y = window[:-1].view(-1, seq_len), window[1:].view(-1, seq_len)
+            with autocast_context(dist_info):
+                loss = model(x, y).detach()
+            sums[0] += loss.double() * y.numel()
+            sums[1] += y.numel()
+            sums[2] += count_target_bytes(x, y, val.tables).sum().double()
+    all_reduce_(sums, dist_info, "sum")
+    model.train(was_training)
+    return bits_per_byte(*sums.tolist())
+
+
+# ==== 8. TRAINING ====
+def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """Choose the attention kernel once: FA3 on Hopper when importable, else the fastest SDPA backend that passes
+    a fwd+bwd probe (cuDNN first on Hopper: 2.48 vs 3.84 ms for flash at the record's shapes on H100).
+    ATTN_BACKEND forces one (and fails loudly if it cannot run). Returns (backend, reason)."""
+    if not dist_info.is_cuda:
+        if h.attn_backend not in ("auto", "math"):
+            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
+        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
+    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
+    if h.attn_backend != "auto":
+        candidates = [h.attn_backend]
+    else:
+        candidates = (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"]) + ["efficient", "math"]
+    failures = []
+    head_dim = h.model_dim // h.num_heads
+    for backend in candidates:
+        try:
+            _probe_attention(backend, h.train_seq_len, h.num_heads, head_dim, dist_info.device)
+            reason = "forced by ATTN_BACKEND" if h.attn_backend != "auto" else "auto"
+            return backend, "; ".join([reason] + failures)
+        except Exception as exc:  # the probe is the test of availability; every failure is reported
+            failures.append("%s unavailable (%s)" % (backend, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__))
+            if h.attn_backend != "auto":
+                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
+    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
+
+
+_SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
+               "efficient": (False, False, True, False), "math": (False, False, False, True)}
+
+
+def _set_sdpa_backend(backend: str) -> None:
+    cudnn, flash, efficient, math_ = _SDPA_FLAGS.get(backend, (False, False, False, False))
+    torch.backends.cuda.enable_cudnn_sdp(cudnn)
+    torch.backends.cuda.enable_flash_sdp(flash)
+    torch.backends.cuda.enable_mem_efficient_sdp(efficient)
+    torch.backends.cuda.enable_math_sdp(math_)
+
+
+def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
+    if backend == "fa3":
+        if _flash_attn_func is None:
+            raise ImportError("flash_attn_interface not importable")
+        if torch.cuda.get_device_capability(device)[0] != 9:
+            raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
+    else:
+        _set_sdpa_backend(backend)
+    q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
+    torch.cuda.synchronize(device)
+
+
+def maybe_compile(h: Hyperparameters, dist_info: DistInfo, model: nn.Module) -> Tuple[nn.Module, bool]:
+    enabled = h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda)
+    return (torch.compile(model, dynamic=False, fullgraph=True) if enabled else model), enabled
+
+
+def run_micro_steps(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, loader) -> Tensor:
+    """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
+    steps = dist_info.grad_accum_steps
+    total = torch.zeros((), device=dist_info.device)
+    for _ in range(steps):
+        x, y = loader.next_batch(h.train_batch_tokens, h.train_seq_len)
+        with autocast_context(dist_info):
+            loss = model(x, y)
+        (loss / steps).backward()
+        total += loss.detach()
+    return total / steps
+
+
+def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
+                      optimizers: Optimizers, make_loader) -> None:
+    """Run WARMUP_STEPS real steps so compilation and NCCL set-up happen off the clock, then restore the model and
+    optimizer state exactly. The loader is closed and the caller builds a fresh one, so the token stream
+    restarts at offset 0 (SPEC §3). Base LRs, final momentum, no clipping, as the record."""
+    if h.warmup_steps <= 0:
+        return
+    model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
+    optimizer_states = optimizers.state_dicts()
+    loader = make_loader()
+    try:
+        for k in range(1, h.warmup_steps + 1):
+            optimizers.zero_grad()
+            run_micro_steps(h, dist_info, model, loader)
+            optimizers.set_schedule(1.0, h.muon_momentum)
+            optimizers.step()
+            if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
+                logger.log("warmup_step:%d/%d" % (k, h.warmup_steps))
+    finally:
+        loader.close()
+    base_model.load_state_dict(model_state)
+    optimizers.load_state_dicts(optimizer_states)
+    optimizers.zero_grad()
+
+
+def sync_device(dist_info: DistInfo) -> None:
+    if dist_info.is_cuda:
+        torch.cuda.synchronize(dist_info.device)
+
+
+def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
+          optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
+    """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
+    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
+    averages = WeightAverages(h, base_model)
+    loader = make_loader()
+    cap_ms = h.max_wallclock_ms
+    train_ms, step, stop_after_step = 0.0, 0, None
+    qat_on = h.qat_enabled
+    sync_device(dist_info)
+    t0 = time.perf_counter()
+    try:
+        while True:
+            last_step = step == h.iterations or (stop_after_step is not None and step >= stop_after_step)
+            if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
+                sync_device(dist_info)
+                train_ms += 1000.0 * (time.perf_counter() - t0)
+                val_loss, val_bpb = plain_eval(h, dist_info, model, val)
+                logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
+                           % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
+                sync_device(dist_info)
+                t0 = time.perf_counter()
+            if last_step:
+                if stop_after_step is not None and step < h.iterations:
+                    logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
+                break
+            elapsed_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            scale = lr_scale_at(h, step, elapsed_ms)
+            if not qat_on and h.late_qat_threshold > 0 and scale < h.late_qat_threshold:
+                qat_on = True
+                base_model.set_qat(True)
+                logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
+            optimizers.zero_grad()
+            train_loss = run_micro_steps(h, dist_info, model, loader)
+            optimizers.set_schedule(scale, muon_momentum_at(h, step))
+            if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
+                torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
+            optimizers.step()
+            optimizers.zero_grad()
+            averages.update_ema()
+            step += 1
+            approx_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            if averages.maybe_accumulate_swa(step, scale):
+                logger.log("swa:start step:%d" % step)
+            if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0 or stop_after_step is not None):
+                all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
+                logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
+                           % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
+            reached = torch.tensor(float(cap_ms is not None and approx_ms >= cap_ms), device=dist_info.device)
+            if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
+                stop_after_step = step
+    finally:
+        loader.close()
+    return averages
+
+
+# ==== 9. MAIN ====
+def load_tokenizer(h: Hyperparameters):
+    import sentencepiece as spm
+
+    if not os.path.isfile(h.tokenizer_path):
+        raise FileNotFoundError("TOKENIZER_PATH=%s: no such file (build data first: see README)" % h.tokenizer_path)
+    sp = spm.SentencePieceProcessor(model_file=h.tokenizer_path)
+    if sp.vocab_size() != h.vocab_size:
+        raise ValueError("VOCAB_SIZE=%d does not match the tokenizer %s (vocab %d)"
+                         % (h.vocab_size, h.tokenizer_path, sp.vocab_size()))
+    return sp
+
+
+def log_run_summary(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, backend: str,
+                    reason: str, compiled: bool) -> None:
+    logger.log("model_params:%d" % sum(p.numel() for p in base_model.parameters()))
+    logger.log("XSA:last_%d active_layers:%s" % (h.xsa_last_n, [b_i for b_i, b in enumerate(base_model.blocks)
+                                                                 if b.attn.use_xsa]))
+    logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
+    logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
+    logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
+    logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
+               % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
+                  h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr))
+    logger.log("train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
+               % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds))
+    logger.log("seed:%d" % h.seed)
+
+
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
+    log_run_header(logger, h, code, environ)
+    sp = load_tokenizer(h)
+    val = load_validation_data(h, sp, dist_info.device)
+    logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
+    logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
+                                                            len(list_shards(h.train_files, "train"))))
+    logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
+    if dist_info.is_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    backend, reason = select_attention_backend(h, dist_info)
+    base_model = build_model(h, dist_info.device)
+    base_model.set_attention_backend(backend)
+    if h.qat_enabled:
+        base_model.set_qat(True)
+    model, compiled = maybe_compile(h, dist_info, base_model)
+    log_run_summary(h, dist_info, logger, base_model, backend, reason, compiled)
+    optimizers = Optimizers(h, base_model, dist_info)
+
+    def make_loader():
+        return DistributedTokenLoader(h.train_files, dist_info)
+
+    warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
+    train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
+    if dist_info.is_cuda:
+        logger.log("peak memory allocated: %d MiB reserved: %d MiB"
+                   % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
+
+
+def main() -> int:
+    environ = dict(os.environ)
+    first_rank = environ.get("RANK", "0") == "0"
+    try:
+        h = Hyperparameters.from_env(environ)
+        h.validate_for_world(int(environ.get("WORLD_SIZE", "1")))
+    except ConfigError as exc:
+        if first_rank:
+            print("error: " + str(exc), file=sys.stderr, flush=True)
+        return 2
+    with open(__file__, "r", encoding="utf-8") as handle:
+        code = handle.read()
+    dist_info = init_distributed(environ)
+    logger = Logger(dist_info, "logs", h.run_id)
+    try:
+        run(h, dist_info, logger, code, environ)
+    finally:
+        logger.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
