@@ -453,23 +453,25 @@ def rms_norm(x: Tensor) -> Tensor:
 
 
 def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
-    """Late-QAT forward weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, values on the record's
-    [-32, 31] grid, straight-through gradient to W."""
+    """Late-QAT weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, on the record's [-32, 31] grid."""
     w32 = weight.float()
     sigma = (w32.abs().amax(dim=1, keepdim=True) / 31.0).clamp_min(1.0 / 31.0)
-    quantized = torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma
-    return weight + (quantized.to(weight.dtype) - weight).detach()
+    return (torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma).to(weight.dtype)
 
 
 class CastedLinear(nn.Linear):
-    """fp32 master weight, cast to the activation dtype at the matmul; fake-quantized in training when QAT is on."""
+    """fp32 master weight, cast to the activation dtype at the matmul. In training, `qat_active` (a 0/1 tensor,
+    not a Python flag, so switching QAT on mid-run does not recompile the model: that cost ~57 s on H100) blends
+    in the fake-quantized weight with a straight-through gradient."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
-        self.qat = False
+        self.register_buffer("qat_active", torch.zeros(()), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        weight = fake_quantize_int6_rows(self.weight) if self.qat and self.training else self.weight
+        weight = self.weight
+        if self.training:
+            weight = weight + self.qat_active.to(weight.dtype) * (fake_quantize_int6_rows(weight) - weight).detach()
         return F.linear(x, weight.to(x.dtype))
 
 
@@ -655,7 +657,7 @@ class GPT(nn.Module):
     def set_qat(self, enabled: bool) -> None:
         for module in self.modules():
             if isinstance(module, CastedLinear):
-                module.qat = enabled
+                module.qat_active.fill_(1.0 if enabled else 0.0)
 
     def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
         n = self.num_layers
