@@ -1248,6 +1248,9 @@ def main() -> int:
     logger = Logger(dist_info, "logs", h.run_id)
     try:
         run(h, dist_info, logger, code, environ)
+    except Exception as exc:
+        logger.log("error: %s: %s" % (type(exc).__name__, exc))
+        raise
     finally:
         logger.close()
         if dist.is_initialized():
