@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs the whole test-suite (CPU only, a few minutes on 2 cores). Sets up Python itself on a fresh machine.
+# Extra arguments go to pytest, e.g. ./test.sh -k loader -x
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON_EXTRA_MODULES="pytest, matplotlib, scipy" source tools/python_env.sh
+echo "+ $PYTHON -m pytest tests $*"
+exec env CUDA_VISIBLE_DEVICES="" "$PYTHON" -m pytest tests "$@"
