@@ -11,6 +11,7 @@ code runs on the CPU (fp32, gloo, no compile) so tiny configs and the test-suite
 """
 
 # ==== 0. IMPORTS ====
+import atexit
 import contextlib
 import copy
 import dataclasses
@@ -19,13 +20,15 @@ import glob
 import hashlib
 import math
 import os
+import queue
 import random
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field, fields
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -110,6 +113,17 @@ class Hyperparameters:
     swa_every: int = 50
     qat_enabled: bool = False
     late_qat_threshold: float = 0.15
+    # Data path (SPEC §10): background batch producers, pinned memory, side-stream H2D copies
+    train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
+    train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
+    train_copy_stream: bool = True  # CUDA: train H2D on a side stream, one micro-batch ahead
+    val_prefetch: bool = True
+    val_prefetch_queue: int = 2
+    val_copy_stream: bool = True
+    val_bytecount_device: str = "cpu"  # where eval counts target bytes: cpu (host copies) or cuda
+    val_progress_log_every: int = 0  # > 0: a val_progress line every N eval batches (rank 0's share)
+    training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
+    training_timing_every: int = 200
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"
@@ -171,6 +185,9 @@ class Hyperparameters:
             errors.append("ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS)))
         if self.warmup_steps < 0 or self.iterations < 0:
             errors.append("WARMUP_STEPS and ITERATIONS must be >= 0")
+        if self.training_timing_every <= 0:
+            errors.append("TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)
+        errors += loader_config_errors(self)
         if errors:
             raise ConfigError(errors)
 
@@ -362,89 +379,396 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> No
 # ==== 3. DATA ====
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
-SHARD_HEADER_WORDS = 256
-SHARD_HEADER_BYTES = SHARD_HEADER_WORDS * 4
+SHARD_HEADER_BYTES = 256 * 4
+BYTECOUNT_DEVICES = ("cpu", "cuda")
+
+
+def loader_config_errors(h) -> list[str]:
+    """Messages for every invalid data-path field (Hyperparameters.validate() raises them together)."""
+    errors = []
+    for name in ("train_prefetch_queue", "val_prefetch_queue"):
+        if getattr(h, name) < 1:
+            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
+    if h.val_bytecount_device not in BYTECOUNT_DEVICES:
+        errors.append(f"VAL_BYTECOUNT_DEVICE={h.val_bytecount_device!r} must be one of {', '.join(BYTECOUNT_DEVICES)}")
+    return errors
 
 
 class ShardFormatError(ValueError):
-    """A token shard whose header, size or contents do not match the challenge format (SPEC §2)."""
+    """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
+
+
+def _read_shard_header(path: str, file) -> int:
+    """Check the header and the file size of an open shard; return its token count N."""
+    size = os.fstat(file.fileno()).st_size
+    header = file.read(SHARD_HEADER_BYTES)
+    if len(header) != SHARD_HEADER_BYTES:
+        raise ShardFormatError(f"{path}: {size} bytes, shorter than the {SHARD_HEADER_BYTES}-byte header")
+    magic, version, num_tokens = (int(word) for word in np.frombuffer(header, dtype="<i4")[:3])
+    if magic != SHARD_MAGIC:
+        raise ShardFormatError(f"{path}: bad magic {magic}, expected {SHARD_MAGIC}")
+    if version != SHARD_VERSION:
+        raise ShardFormatError(f"{path}: unsupported version {version}, expected {SHARD_VERSION}")
+    if num_tokens < 0 or size != SHARD_HEADER_BYTES + 2 * num_tokens:
+        raise ShardFormatError(
+            f"{path}: size {size} bytes, but the header's token count {num_tokens} "
+            f"needs {SHARD_HEADER_BYTES} + 2*{num_tokens} = {SHARD_HEADER_BYTES + 2 * num_tokens}")
+    return num_tokens
 
 
 def load_data_shard(path: str) -> np.ndarray:
-    """Read one shard fully validated: 256 int32 header words [magic, version, N, 0...] + N uint16 tokens."""
-    try:
-        file_size = os.path.getsize(path)
-    except OSError as exc:
-        raise ShardFormatError("%s: cannot read shard (%s)" % (path, exc)) from exc
-    if file_size < SHARD_HEADER_BYTES:
-        raise ShardFormatError("%s: %d bytes is shorter than the %d-byte header" % (path, file_size, SHARD_HEADER_BYTES))
-    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_WORDS)
-    if int(header[0]) != SHARD_MAGIC:
-        raise ShardFormatError("%s: magic number %d, expected %d" % (path, int(header[0]), SHARD_MAGIC))
-    if int(header[1]) != SHARD_VERSION:
-        raise ShardFormatError("%s: version %d, expected %d" % (path, int(header[1]), SHARD_VERSION))
-    num_tokens = int(header[2])
-    expected = SHARD_HEADER_BYTES + 2 * num_tokens
-    if num_tokens < 0 or file_size != expected:
-        raise ShardFormatError("%s: size %d bytes does not match the header's %d tokens (expected %d bytes)"
-                               % (path, file_size, num_tokens, expected))
-    tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=SHARD_HEADER_BYTES)
-    if tokens.size != num_tokens:
-        raise ShardFormatError("%s: short read, %d of %d tokens" % (path, tokens.size, num_tokens))
+    """Read a whole shard as uint16 tokens, rejecting a bad header, a wrong size or a short read."""
+    with open(path, "rb") as file:
+        num_tokens = _read_shard_header(path, file)
+        tokens = np.empty(num_tokens, dtype="<u2")
+        bytes_read = file.readinto(tokens.view(np.uint8))
+    if bytes_read != 2 * num_tokens:
+        raise ShardFormatError(f"{path}: short read, {bytes_read} of {2 * num_tokens} token bytes")
     return tokens
 
 
-def list_shards(pattern: str, what: str) -> List[str]:
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError("no %s shards match %s (set DATA_PATH, or build data: see README)" % (what, pattern))
-    return files
+def list_shards(pattern: str, what: str) -> list[str]:
+    """The sorted shard paths matching `pattern` (SPEC §2); none is an error naming the pattern."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
+    return paths
+
+
+@dataclass(frozen=True)
+class MicroBatchLayout:
+    """Where one rank's micro-batch sits in the SPEC §3 stream: each micro-step consumes world_size spans."""
+    rank: int
+    world_size: int
+    local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps)
+    seq_len: int
+
+    @property
+    def span(self) -> int:
+        return self.local_tokens + 1
+
+    @property
+    def rows(self) -> int:
+        return self.local_tokens // self.seq_len
+
+
+def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
+    """Hyperparameters.validate_for_world() has checked that local_tokens is a positive multiple of seq_len."""
+    local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
+    return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len)
 
 
 class TokenStream:
-    """SPEC §3: shards in sorted order, read sequentially, wrapping forever; requests may cross shards."""
+    """SPEC §3 stream: position (file, offset) from (0, 0); a shard is loaded when the stream first needs a
+    token past the previous one, and the file list wraps forever."""
 
-    def __init__(self, pattern: str):
-        self.files = list_shards(pattern, "train")
-        self.file_index = 0
-        self.tokens = load_data_shard(self.files[0])
-        self.position = 0
+    def __init__(self, paths: Sequence[str]):
+        self._paths = list(paths)
+        self._file_index = 0
+        self._tokens = load_data_shard(self._paths[0])
+        self._position = 0
 
-    def take(self, count: int) -> np.ndarray:
-        pieces = []
-        while count > 0:
-            if self.position >= self.tokens.size:
-                self.file_index = (self.file_index + 1) % len(self.files)
-                self.tokens = load_data_shard(self.files[self.file_index])
-                self.position = 0
+    def _next_shard(self) -> None:
+        self._file_index = (self._file_index + 1) % len(self._paths)
+        self._tokens = load_data_shard(self._paths[self._file_index])
+        self._position = 0
+
+    def advance(self, count: int, out: np.ndarray = None) -> None:
+        """Move `count` tokens ahead, copying them into `out` (widened to its dtype) when one is given.
+        Skipping without `out` consumes the same tokens and loads the same shards as a copying take()."""
+        done = 0
+        shards_without_tokens = 0
+        while done < count:
+            remaining = len(self._tokens) - self._position
+            if remaining == 0:
+                shards_without_tokens += 1
+                if shards_without_tokens > len(self._paths):
+                    raise ValueError(f"every train shard is empty: {self._paths}")
+                self._next_shard()
                 continue
-            piece = self.tokens[self.position:self.position + count]
-            pieces.append(piece)
-            self.position += piece.size
-            count -= piece.size
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+            shards_without_tokens = 0
+            step = min(count - done, remaining)
+            if out is not None:
+                out[done:done + step] = self._tokens[self._position:self._position + step]
+            self._position += step
+            done += step
 
 
-class DistributedTokenLoader:
-    """Synchronous loader: every rank reads the whole W*span chunk of a micro-step and keeps its own span."""
+def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout,
+                            pin_memory: bool) -> Iterator[tuple]:
+    """SPEC §3 micro-batches of one rank, as CPU int64 (x, y) of shape (rows, seq_len).
 
-    def __init__(self, pattern: str, dist_info: DistInfo):
-        self.stream = TokenStream(pattern)
-        self.dist_info = dist_info
+    The record materialises the whole world_size*span chunk on every rank; only this rank's span is copied
+    here, the other ranks' spans are skipped. x and y are two views of one span buffer (x = span[:-1],
+    y = span[1:]), so each token is widened and written once, straight into (pinned) memory."""
+    stream = TokenStream(paths)
+    before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
+    shape = (layout.rows, layout.seq_len)
+    while True:
+        span = torch.empty(layout.span, dtype=torch.int64, pin_memory=pin_memory)
+        stream.advance(before)
+        stream.advance(layout.span, out=span.numpy())
+        stream.advance(after)
+        yield span[:-1].view(shape), span[1:].view(shape)
 
-    def next_batch(self, global_tokens: int, seq_len: int) -> Tuple[Tensor, Tensor]:
-        world, rank = self.dist_info.world_size, self.dist_info.rank
-        local = global_tokens // (world * self.dist_info.grad_accum_steps)
-        span = local + 1
-        chunk = self.stream.take(world * span)
-        own = torch.from_numpy(chunk[rank * span:(rank + 1) * span].astype(np.int64))
-        x = own[:-1].reshape(-1, seq_len)
-        y = own[1:].reshape(-1, seq_len)
-        device = self.dist_info.device
-        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+class BackgroundIterator:
+    """Runs `source` in a daemon thread, keeping at most `depth` items ready in a bounded queue.
+
+    Items come out in the source's order (strict FIFO), so the sequence is the source's exactly. An exception
+    in the source reaches the consumer, unchanged, right after the items made before it. Every blocking call
+    polls (50 ms) a stop event or the thread's liveness, so neither side can hang on the other; close()
+    stops and joins the thread. close() is also registered with atexit until it runs: a daemon thread still
+    inside torch when the interpreter finalizes aborts the process ("terminate called without an active
+    exception"), so a loader that was never closed is stopped before that point."""
+
+    _POLL_SECONDS = 0.05
+    _JOIN_SECONDS = 10.0
+
+    def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._outcome = None  # (_END, None) or (_ERROR, exception) once the consumer has seen it
+        # The thread's CUDA device: without it, pinned allocations would create a context on cuda:0.
+        device_index = None
+        if device.type == "cuda":
+            device_index = torch.cuda.current_device() if device.index is None else device.index
+        self._thread = threading.Thread(target=self._produce, args=(source, device_index), name=name, daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _produce(self, source: Iterator, device_index: int) -> None:
+        try:
+            if device_index is not None:
+                torch.cuda.set_device(device_index)
+            for item in source:
+                if not self._offer((_ITEM, item)):
+                    return
+            self._offer((_END, None))
+        except BaseException as error:  # handed to the consumer, which owns the process
+            self._offer((_ERROR, error))
+
+    def _offer(self, entry: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=self._POLL_SECONDS)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while self._outcome is None:
+            alive = self._thread.is_alive()  # read before get(): a thread dead by then has put its last entry
+            try:
+                kind, payload = self._queue.get(timeout=self._POLL_SECONDS)
+            except queue.Empty:
+                if alive:
+                    continue
+                raise RuntimeError(f"{self._thread.name} has stopped (the iterator was closed)") from None
+            if kind == _ITEM:
+                return payload
+            self._outcome = (kind, payload)
+        if self._outcome[0] == _ERROR:
+            raise self._outcome[1]
+        raise StopIteration
 
     def close(self) -> None:
-        pass
+        atexit.unregister(self.close)
+        self._stop.set()
+        while True:  # free queued (pinned) items now; a producer blocked on put() sees the stop event
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=self._JOIN_SECONDS)
+
+
+@dataclass
+class _Transfer:
+    host: tuple
+    device: tuple = None  # set when the copy was issued on the copy stream
+    ready: torch.cuda.Event = None  # recorded on the copy stream after the copies
+
+
+class DeviceBatchFeed:
+    """Hands out batches from an iterator of CPU tensor tuples on `device`, one batch ahead.
+
+    CUDA with a copy stream: batch i+1's H2D is issued on the side stream when batch i is handed out, and the
+    compute stream waits on batch i's event before using it; record_stream() tells the allocator that compute
+    uses the tensors, so their memory is not reused before compute is done with them. Without a copy stream
+    the non-blocking copy is issued on the compute stream. On CPU the host tensors are handed out as they are.
+
+    Data wait: host seconds blocked in the source (queue pop or synchronous build) and, on CUDA, one pair of
+    timing events per batch recorded on the compute stream around its wait (copy stream) or its copies
+    (no copy stream). Nothing here synchronises the device; read the pairs later with events_elapsed_ms().
+    Being one batch ahead, an error in building batch i+1 is raised when batch i is asked for."""
+
+    def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
+        self._source = source
+        self._device = device
+        cuda = device.type == "cuda"
+        self._copy_stream = torch.cuda.Stream(device=device) if cuda and use_copy_stream else None
+        self._pending = None
+        self._closed = False
+        self._host_wait_seconds = 0.0
+        self._event_pairs = []
+
+    def _issue(self, host: tuple) -> _Transfer:
+        if self._copy_stream is None:
+            return _Transfer(host)
+        with torch.cuda.stream(self._copy_stream):
+            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
+            ready = torch.cuda.Event()
+            ready.record(self._copy_stream)
+        return _Transfer(host, device_tensors, ready)
+
+    def _claim(self, transfer: _Transfer) -> tuple:
+        if self._device.type != "cuda":
+            return transfer.host
+        compute = torch.cuda.current_stream(self._device)
+        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before.record(compute)
+        if transfer.ready is None:
+            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in transfer.host)
+        else:
+            compute.wait_event(transfer.ready)
+            device_tensors = transfer.device
+            for tensor in device_tensors:
+                tensor.record_stream(compute)
+        after.record(compute)
+        self._event_pairs.append((before, after))
+        return device_tensors
+
+    def _pull(self) -> tuple:
+        start = time.perf_counter()
+        try:
+            return next(self._source)
+        finally:
+            self._host_wait_seconds += time.perf_counter() - start
+
+    def next_with_host(self) -> tuple:
+        """(host tensors, device tensors) of the next batch; StopIteration when the source is exhausted."""
+        if self._closed:
+            raise RuntimeError("batch feed is closed")
+        if self._pending is None:
+            self._pending = self._issue(self._pull())
+        current = self._pending
+        try:
+            self._pending = self._issue(self._pull())
+        except StopIteration:
+            self._pending = None
+        return current.host, self._claim(current)
+
+    def next_batch(self) -> tuple:
+        """The next (x, y) on the device (int64, (rows, seq_len) for training)."""
+        return self.next_with_host()[1]
+
+    def take_wait_stats(self) -> tuple:
+        """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
+        host_ms, pairs = 1000.0 * self._host_wait_seconds, self._event_pairs
+        self._host_wait_seconds, self._event_pairs = 0.0, []
+        return host_ms, pairs
+
+    def close(self) -> None:
+        """Stop the producer (if any) and drop in-flight batches. Idempotent."""
+        self._closed = True
+        self._pending = None
+        self._source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
+    """Sum of elapsed_time over (before, after) pairs; waits for the events, so call it at logging time."""
+    total = 0.0
+    for before, after in event_pairs:
+        after.synchronize()
+        total += before.elapsed_time(after)
+    return total
+
+
+def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
+    """A fresh training loader from the start of the stream. After a rewind (the compile warm-up restore),
+    close() the old loader BEFORE building the new one, so no producer runs ahead in the background."""
+    layout = micro_batch_layout(h, dist_info)
+    paths = list_shards(h.train_files, "train")
+    cuda = dist_info.device.type == "cuda"
+    pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
+    batches = sequential_host_batches(paths, layout, pin_memory)
+    if h.train_prefetch:
+        batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
+    copy_stream = cuda and h.train_copy_stream
+    logger.log(f"train_data loader:sequential prefetch:{int(h.train_prefetch)} "
+               f"prefetch_queue:{h.train_prefetch_queue} pin_memory:{int(pin_memory)} "
+               f"copy_stream:{int(copy_stream)}"
+               + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
+    return DeviceBatchFeed(batches, dist_info.device, copy_stream)
+
+
+@dataclass
+class ValBatch:
+    index: int  # 0-based position in the pass
+    total: int  # number of batches in the pass
+    x: torch.Tensor  # on the device
+    y: torch.Tensor
+    x_cpu: torch.Tensor  # the same batch on the host (pinned with VAL_PREFETCH on CUDA), for CPU byte counts
+    y_cpu: torch.Tensor
+
+
+def _host_pair(batch: tuple, pin_memory: bool) -> tuple:
+    """A built (x, y) as contiguous CPU tensors (NumPy arrays are wrapped, not copied), optionally pinned."""
+    pair = tuple(torch.as_tensor(part).contiguous() for part in batch)
+    return tuple(part.pin_memory() for part in pair) if pin_memory else pair
+
+
+class ValBatchFeeder:
+    """Feeds one eval pass: yields a ValBatch per spec, in order, with batch i+1 built (VAL_PREFETCH) and copied
+    (VAL_COPY_STREAM) while batch i is evaluated. Use it as a context manager so the producer is stopped even
+    when the pass ends early or raises."""
+
+    def __init__(self, specs: Sequence, build: Callable, device: torch.device, prefetch: bool,
+                 queue_depth: int, use_copy_stream: bool):
+        self.total = len(specs)
+        cuda = device.type == "cuda"
+        host_batches = (_host_pair(build(spec), cuda and prefetch) for spec in specs)
+        if prefetch:
+            host_batches = BackgroundIterator(host_batches, queue_depth, device, "val-batch-producer")
+        self._feed = DeviceBatchFeed(host_batches, device, cuda and use_copy_stream)
+
+    def __iter__(self) -> Iterator[ValBatch]:
+        for index in range(self.total):
+            (x_cpu, y_cpu), (x, y) = self._feed.next_with_host()
+            yield ValBatch(index, self.total, x, y, x_cpu, y_cpu)
+
+    def take_wait_stats(self) -> tuple:
+        return self._feed.take_wait_stats()
+
+    def close(self) -> None:
+        self._feed.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> ValBatchFeeder:
+    """Val feeder configured by VAL_PREFETCH, VAL_PREFETCH_QUEUE and VAL_COPY_STREAM.
+    `build(spec)` returns this rank's CPU (x, y) for one spec (NumPy or torch)."""
+    return ValBatchFeeder(specs, build, dist_info.device, h.val_prefetch, h.val_prefetch_queue,
+                          h.val_copy_stream)
 
 
 # ==== 4. MODEL ====
@@ -959,7 +1283,8 @@ def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables)
 @dataclass(frozen=True)
 class ValidationData:
     tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
-    tables: ByteTables
+    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda)
+    tables_cpu: ByteTables  # for counting on the host copies of each batch (VAL_BYTECOUNT_DEVICE=cpu)
 
     @property
     def num_targets(self) -> int:
@@ -976,7 +1301,9 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     too_large = int(tokens[:usable + 1].max())
     if too_large >= h.vocab_size:
         raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d" % (h.val_files, too_large, h.vocab_size))
-    return ValidationData(tokens[:usable + 1], build_byte_tables(sp, h.vocab_size, device))
+    tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
+    tables = ByteTables(*(t.to(device) for t in dataclasses.astuple(tables_cpu)))
+    return ValidationData(tokens[:usable + 1], tables, tables_cpu)
 
 
 def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
@@ -990,30 +1317,48 @@ def autocast_context(dist_info: DistInfo):
     return contextlib.nullcontext()
 
 
-def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData) -> Tuple[float, float]:
-    """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks; fp64 sums of nll, targets, bytes."""
+def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData,
+               logger: Optional["Logger"] = None) -> Tuple[float, float]:
+    """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks, fed through the val prefetcher;
+    fp64 sums of nll, targets and bytes (integer sums < 2^53 are exact, so cpu and cuda byte counts agree)."""
     seq_len = h.train_seq_len
     total_seqs = val.num_targets // seq_len
     first = total_seqs * dist_info.rank // dist_info.world_size
     last = total_seqs * (dist_info.rank + 1) // dist_info.world_size
     batch_seqs = (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
+    specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
+
+    def build(spec):
+        window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
+        return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
+
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
+    host_bytes = 0
     was_training = model.training
     model.eval()
-    with torch.inference_mode():
-        for start in range(first, last, batch_seqs):
-            end = min(start + batch_seqs, last)
-            window = torch.from_numpy(val.tokens[start * seq_len:end * seq_len + 1].astype(np.int64))
-            window = window.to(dist_info.device, non_blocking=True)
-            x, y = window[:-1].view(-1, seq_len), window[1:].view(-1, seq_len)
+    with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feeder:
+        for batch in feeder:
             with autocast_context(dist_info):
-                loss = model(x, y).detach()
-            sums[0] += loss.double() * y.numel()
-            sums[1] += y.numel()
-            sums[2] += count_target_bytes(x, y, val.tables).sum().double()
+                loss = model(batch.x, batch.y).detach()
+            sums[0] += loss.double() * batch.y.numel()
+            sums[1] += batch.y.numel()
+            if h.val_bytecount_device == "cpu":
+                host_bytes += int(count_target_bytes(batch.x_cpu, batch.y_cpu, val.tables_cpu).sum())
+            else:
+                sums[2] += count_target_bytes(batch.x, batch.y, val.tables).sum().double()
+            log_val_progress(h, dist_info, logger, batch, sums)
+    sums[2] += host_bytes
     all_reduce_(sums, dist_info, "sum")
     model.train(was_training)
     return bits_per_byte(*sums.tolist())
+
+
+def log_val_progress(h: Hyperparameters, dist_info: DistInfo, logger: Optional["Logger"], batch, sums: Tensor) -> None:
+    every = h.val_progress_log_every
+    if logger is None or every <= 0 or not ((batch.index + 1) % every == 0 or batch.index + 1 == batch.total):
+        return
+    logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
+               % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(), int(sums[1].item())))
 
 
 # ==== 8. TRAINING ====
@@ -1074,17 +1419,52 @@ def maybe_compile(h: Hyperparameters, dist_info: DistInfo, model: nn.Module) -> 
     return (torch.compile(model, dynamic=False, fullgraph=True) if enabled else model), enabled
 
 
-def run_micro_steps(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, loader) -> Tensor:
+def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, timer: "PhaseTimer") -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps = dist_info.grad_accum_steps
     total = torch.zeros((), device=dist_info.device)
     for _ in range(steps):
-        x, y = loader.next_batch(h.train_batch_tokens, h.train_seq_len)
+        x, y = loader.next_batch()
+        timer.mark("batch")
         with autocast_context(dist_info):
             loss = model(x, y)
+        timer.mark("forward")
         (loss / steps).backward()
+        timer.mark("backward")
         total += loss.detach()
     return total / steps
+
+
+class PhaseTimer:
+    """TRAINING_TIMING_BREAKDOWN: events on the compute stream at phase boundaries (on the CPU, host clocks).
+    Nothing synchronises until a breakdown line is due, so prefetch and copy overlap stay on while measuring.
+    A phase's time is the device time between the previous mark and its own, idle waiting included: `batch`
+    is therefore what the compute stream actually spent waiting for / copying its data."""
+
+    def __init__(self, enabled: bool, device: torch.device):
+        self.enabled, self.cuda = enabled, device.type == "cuda"
+        self.marks: List[Tuple[str, object]] = []
+
+    def mark(self, phase: str) -> None:
+        if not self.enabled:
+            return
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        else:
+            event = time.perf_counter()
+        self.marks.append((phase, event))
+
+    def totals_ms(self) -> Dict[str, float]:
+        """Milliseconds per phase since the first mark; clears the marks (synchronises on CUDA)."""
+        totals: Dict[str, float] = {}
+        if self.cuda and self.marks:
+            self.marks[-1][1].synchronize()
+        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
+            elapsed = start.elapsed_time(end) if self.cuda else 1000.0 * (end - start)
+            totals[phase] = totals.get(phase, 0.0) + elapsed
+        self.marks = []
+        return totals
 
 
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
@@ -1100,7 +1480,7 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     try:
         for k in range(1, h.warmup_steps + 1):
             optimizers.zero_grad()
-            run_micro_steps(h, dist_info, model, loader)
+            run_micro_steps(dist_info, model, loader, PhaseTimer(False, dist_info.device))
             optimizers.set_schedule(1.0, h.muon_momentum)
             optimizers.step()
             if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
@@ -1117,15 +1497,74 @@ def sync_device(dist_info: DistInfo) -> None:
         torch.cuda.synchronize(dist_info.device)
 
 
+class TrainTelemetry:
+    """Data wait (always: host time blocked on the loader + device time the compute stream waited for its
+    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps."""
+
+    def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
+        self.h, self.dist_info, self.logger = h, dist_info, logger
+        self.timer = PhaseTimer(h.training_timing_breakdown, dist_info.device)
+        self.step_host_wait_ms, self.wait_pairs = 0.0, []
+        self.total_wait_ms, self.val_ms = 0.0, 0.0
+
+    def end_step(self, step: int, loader) -> None:
+        host_ms, pairs = loader.take_wait_stats()
+        self.step_host_wait_ms, self.total_wait_ms = host_ms, self.total_wait_ms + host_ms
+        self.wait_pairs.extend(pairs)
+        due = step <= 10 or step % self.h.training_timing_every == 0
+        if not self.timer.enabled or not due:
+            self.timer.marks = []
+            return
+        read_start = time.perf_counter()
+        phases = self.timer.totals_ms()
+        device_wait_ms = self.drain()
+        micro = self.dist_info.grad_accum_steps
+        self.logger.log(
+            "timing_breakdown step:%d micro_steps:%d batch_cpu_ms:%.2f batch_h2d_ms:%.2f forward_ms:%.2f "
+            "backward_ms:%.2f grad_clip_ms:%.2f optimizer_ms:%.2f val_ms:%.2f explicit_sync_ms:%.2f "
+            "data_wait_ms:%.3f (per_optimizer_step; forward/backward/batch averaged over micro_steps; "
+            "grad_accum_steps=%d)" % (
+                step, micro, host_ms / micro, phases.get("batch", 0.0) / micro, phases.get("forward", 0.0) / micro,
+                phases.get("backward", 0.0) / micro, phases.get("grad_clip", 0.0), phases.get("optimizer", 0.0),
+                self.val_ms, 1000.0 * (time.perf_counter() - read_start), host_ms + device_wait_ms, micro))
+        self.val_ms = 0.0
+
+    def drain(self) -> float:
+        """Reads the collected device wait events (they are complete by now or soon); returns their sum."""
+        device_ms = events_elapsed_ms(self.wait_pairs)
+        self.wait_pairs = []
+        self.total_wait_ms += device_ms
+        return device_ms
+
+    def summary(self, steps: int, train_ms: float) -> None:
+        self.drain()
+        self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f"
+                        % (self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
+
+
+def train_step(h: Hyperparameters, dist_info: DistInfo, base_model: GPT, model: nn.Module, optimizers: Optimizers,
+               loader, timer: PhaseTimer, scale: float, step: int) -> Tensor:
+    timer.mark("start")
+    optimizers.zero_grad()
+    train_loss = run_micro_steps(dist_info, model, loader, timer)
+    optimizers.set_schedule(scale, muon_momentum_at(h, step))
+    if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
+        torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
+    timer.mark("grad_clip")
+    optimizers.step()
+    timer.mark("optimizer")
+    optimizers.zero_grad()
+    return train_loss
+
+
 def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
           optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
-    averages = WeightAverages(h, base_model)
+    averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
     loader = make_loader()
     cap_ms = h.max_wallclock_ms
-    train_ms, step, stop_after_step = 0.0, 0, None
-    qat_on = h.qat_enabled
+    train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
     sync_device(dist_info)
     t0 = time.perf_counter()
     try:
@@ -1133,43 +1572,41 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             last_step = step == h.iterations or (stop_after_step is not None and step >= stop_after_step)
             if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
                 sync_device(dist_info)
-                train_ms += 1000.0 * (time.perf_counter() - t0)
-                val_loss, val_bpb = plain_eval(h, dist_info, model, val)
+                val_start = time.perf_counter()
+                train_ms += 1000.0 * (val_start - t0)
+                val_loss, val_bpb = plain_eval(h, dist_info, model, val, logger)
                 logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
                 sync_device(dist_info)
                 t0 = time.perf_counter()
+                telemetry.val_ms += 1000.0 * (t0 - val_start)  # charged to the next breakdown line
             if last_step:
                 if stop_after_step is not None and step < h.iterations:
                     logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
                 break
-            elapsed_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
-            scale = lr_scale_at(h, step, elapsed_ms)
+            scale = lr_scale_at(h, step, train_ms + 1000.0 * (time.perf_counter() - t0))
             if not qat_on and h.late_qat_threshold > 0 and scale < h.late_qat_threshold:
                 qat_on = True
                 base_model.set_qat(True)
                 logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
-            optimizers.zero_grad()
-            train_loss = run_micro_steps(h, dist_info, model, loader)
-            optimizers.set_schedule(scale, muon_momentum_at(h, step))
-            if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
-                torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
-            optimizers.step()
-            optimizers.zero_grad()
+            train_loss = train_step(h, dist_info, base_model, model, optimizers, loader, telemetry.timer, scale, step)
             averages.update_ema()
             step += 1
             approx_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
             if averages.maybe_accumulate_swa(step, scale):
                 logger.log("swa:start step:%d" % step)
+            telemetry.end_step(step, loader)
             if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0 or stop_after_step is not None):
                 all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
+                telemetry.drain()
             reached = torch.tensor(float(cap_ms is not None and approx_ms >= cap_ms), device=dist_info.device)
             if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
                 stop_after_step = step
     finally:
         loader.close()
+    telemetry.summary(step, train_ms)
     return averages
 
 
@@ -1223,7 +1660,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     optimizers = Optimizers(h, base_model, dist_info)
 
     def make_loader():
-        return DistributedTokenLoader(h.train_files, dist_info)
+        return make_train_loader(h, dist_info, logger)
 
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
     train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)

@@ -194,31 +194,7 @@ def test_warmdown_by_wallclock_and_by_iterations(tgpt):
     assert tgpt.muon_momentum_at(h, 5000) == pytest.approx(0.99)
 
 
-# ---- data reader ----
-@pytest.mark.parametrize("corruption, message", [
-    ("magic", "magic number 123, expected 20240520"),
-    ("version", "version 2, expected 1"),
-    ("truncated", "does not match the header's 100 tokens"),
-    ("short", "shorter than the 1024-byte header"),
-])
-def test_shard_reader_names_the_file_and_the_problem(tgpt, tmp_path, corruption, message):
-    path = tmp_path / "fineweb_train_000000.bin"
-    write_shard(path, np.arange(100))
-    raw = bytearray(path.read_bytes())
-    if corruption == "magic":
-        raw[0:4] = np.int32(123).tobytes()
-    elif corruption == "version":
-        raw[4:8] = np.int32(2).tobytes()
-    elif corruption == "truncated":
-        raw = raw[:-1]
-    else:
-        raw = raw[:100]
-    path.write_bytes(bytes(raw))
-    with pytest.raises(tgpt.ShardFormatError) as info:
-        tgpt.load_data_shard(str(path))
-    assert str(path) in str(info.value) and message in str(info.value)
-
-
+# ---- BPB byte accounting ----
 def test_byte_tables_count_the_utf8_bytes_of_the_decoded_text(tgpt, tiny_data):
     sp = tiny_data["sp"]
     tables = tgpt.build_byte_tables(sp, 1024, torch.device("cpu"))
@@ -303,7 +279,7 @@ def test_warmup_rewind_restores_model_and_optimizer_exactly(tgpt, tiny_data):
             pass
 
     tgpt.warmup_and_rewind(h, dist_info, Silent(), model, model, optimizers,
-                           lambda: tgpt.DistributedTokenLoader(h.train_files, dist_info))
+                           lambda: tgpt.make_train_loader(h, dist_info, Silent()))
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert all(len(opt.state) == 0 for opt in optimizers.all)
