@@ -1,0 +1,333 @@
+"""The rules a record folder must pass before it is submitted; every function returns one line per problem.
+
+A folder `records/<track>/<YYYY-MM-DD>_<Name>/` passes when: README.md, submission.json, train_gpt.py and at
+least one log are present; every log is named train_seed<N>.log after the seed it ran; every log carries the
+code_sha256 of this train_gpt.py (and, for our file logs, its exact source and byte count); configs agree across
+seeds in everything but SEED and RUN_ID; every log has the headline line and a total size <= 16,000,000 bytes;
+train_gpt.py parses with the Python 3.10 grammar (and compiles under a real python3.10 when one exists) and
+imports without side effects; submission.json states the headline mean, the largest seed's bytes and the seeds.
+"""
+import ast
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from statistics import mean
+from typing import List, Optional, Tuple
+
+from records.parse import (HEADLINE_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, SeedRun, choose_headline,
+                           config_differences, parse_log)
+
+REQUIRED_FILES = ("README.md", "submission.json", "train_gpt.py")
+REQUIRED_SUBMISSION_FIELDS = ("name", "author", "github_id", "date", "val_bpb", "val_loss", "bytes_total",
+                              "bytes_code")
+LOG_NAME = re.compile(r"train_seed(\d+)\.log$")
+FOLDER_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})_[A-Za-z0-9][A-Za-z0-9._+-]*$")
+IMPORT_TIMEOUT_SECONDS = 300
+IMPORT_REPORT_PREFIX = "RECORDS_IMPORT_REPORT "
+
+# Runs in a child process with CUDA hidden: imports the script like the tests do (registered in sys.modules
+# before exec, no bytecode written) with every socket connect and name lookup refused, then reports.
+_IMPORT_PROBE = r'''
+import importlib.util, json, socket, sys
+sys.dont_write_bytecode = True
+attempts = []
+def refuse(*args, **kwargs):
+    attempts.append(repr(args[1:] if args and isinstance(args[0], socket.socket) else args)[:200])
+    raise OSError("network disabled by the records import check")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+error = None
+try:
+    spec = importlib.util.spec_from_file_location("submitted_train_gpt", sys.argv[1])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+except BaseException as exc:
+    error = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+report = {"error": error, "network": attempts, "process_group": False, "cuda": False}
+torch = sys.modules.get("torch")
+if torch is not None:
+    distributed = getattr(torch, "distributed", None)
+    report["process_group"] = bool(distributed is not None and distributed.is_available()
+                                   and distributed.is_initialized())
+    report["cuda"] = bool(torch.cuda.is_initialized())
+print("RECORDS_IMPORT_REPORT " + json.dumps(report), flush=True)
+'''
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def find_python310() -> Optional[str]:
+    """A python3.10 that really runs ($PYTHON310, PATH, pyenv versions); pyenv shims that fail are skipped."""
+    candidates = [os.environ.get("PYTHON310", "")]
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidates.append(os.path.join(directory, "python3.10"))
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10*/bin/python3.10")))
+    candidates += ["/usr/bin/python3.10", "/usr/local/bin/python3.10"]
+    for candidate in candidates:
+        if not candidate or not os.access(candidate, os.X_OK):
+            continue
+        try:
+            probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                                   capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if probe.returncode == 0 and probe.stdout.strip() == "(3, 10)":
+            return candidate
+    return None
+
+
+def grammar_problems(script: Path, python310: Optional[str]) -> List[str]:
+    """ast with feature_version=(3, 10) catches most 3.11+ syntax; a real python3.10 catches the rest."""
+    source = script.read_bytes()
+    try:
+        ast.parse(source, filename=script.name, feature_version=(3, 10))
+    except SyntaxError as exc:
+        return ["%s:%s: does not parse with the Python 3.10 grammar: %s" % (script.name, exc.lineno, exc.msg)]
+    if python310 is None:
+        return []
+    with tempfile.TemporaryDirectory() as scratch:  # py_compile's default would write __pycache__ next to it
+        result = subprocess.run(
+            [python310, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], "
+                              "doraise=True)", str(script), os.path.join(scratch, "check.pyc")],
+            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["exit %d" % result.returncode])[-1]
+        return ["%s: python3.10 py_compile fails (%s): %s" % (script.name, python310, detail)]
+    return []
+
+
+def _snapshot(root: Path) -> set:
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+def import_problems(script: Path, timeout: int = IMPORT_TIMEOUT_SECONDS) -> List[str]:
+    """Imports the script in a child (CUDA hidden, network refused, no launcher env, empty working directory)
+    and reports a failure, network use, a process group, CUDA initialisation or any file it creates."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update({"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"})
+    folder = script.resolve().parent
+    before = _snapshot(folder)
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, str(script.resolve())], cwd=scratch,
+                                    env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return ["%s: import did not finish within %d s" % (script.name, timeout)]
+        created = sorted(_snapshot(Path(scratch)))
+    created += sorted(_snapshot(folder) - before)
+    problems = []
+    reports = [line for line in result.stdout.splitlines() if line.startswith(IMPORT_REPORT_PREFIX)]
+    if not reports:
+        tail = (result.stderr.strip().splitlines() or ["exit %d" % result.returncode])[-1]
+        return ["%s: import check crashed: %s" % (script.name, tail)]
+    report = json.loads(reports[-1][len(IMPORT_REPORT_PREFIX):])
+    if report["error"]:
+        problems.append("%s: import failed: %s" % (script.name, report["error"]))
+    if report["network"]:
+        problems.append("%s: import tried to open network connections: %s"
+                        % (script.name, "; ".join(report["network"][:3])))
+    if report["process_group"]:
+        problems.append("%s: import initialised a torch.distributed process group" % script.name)
+    if report["cuda"]:
+        problems.append("%s: import initialised CUDA" % script.name)
+    if created:
+        problems.append("%s: import created files: %s" % (script.name, ", ".join(created[:5])))
+    return problems
+
+
+def provenance_problems(runs: List[SeedRun], script: Path) -> List[str]:
+    """Each log must come from exactly this train_gpt.py: same sha256 (the trainer hashes its own UTF-8 text),
+    the same embedded source where the log has one, and the same byte count."""
+    data = script.read_bytes()
+    digest = sha256_bytes(data)
+    text_digest = sha256_bytes(data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+                               .encode("utf-8"))
+    problems = []
+    for run in runs:
+        if run.code_sha256 is None:
+            problems.append("%s: no code_sha256 line, so it cannot be tied to %s (use the trainer's file log "
+                            "logs/<RUN_ID>.txt, not a console copy)" % (run.name, script.name))
+            continue
+        if run.code_sha256 != digest:
+            if run.code_sha256 == text_digest:
+                problems.append("%s: %s differs from the script that ran only in its line endings (CR bytes)"
+                                % (run.name, script.name))
+            else:
+                problems.append("%s: code_sha256 %s... differs from %s's %s...: the log comes from another "
+                                "version of the script" % (run.name, run.code_sha256[:12], script.name,
+                                                           digest[:12]))
+        if run.source is not None and run.source_sha256() != run.code_sha256:
+            problems.append("%s: the source embedded in the log does not hash to its code_sha256 line (edited?)"
+                            % run.name)
+        if run.bytes_code is not None and run.bytes_code != len(data):
+            problems.append("%s: Code size %d bytes differs from %s's %d bytes"
+                            % (run.name, run.bytes_code, script.name, len(data)))
+    return problems
+
+
+def seed_and_config_problems(runs: List[SeedRun]) -> List[str]:
+    problems = []
+    seen = {}
+    for run in runs:
+        if not run.config:
+            problems.append("%s: no config: lines (use the trainer's file log logs/<RUN_ID>.txt)" % run.name)
+        if run.seed is None:
+            problems.append("%s: no seed: line" % run.name)
+        elif run.config.get("seed") not in (None, str(run.seed)):
+            problems.append("%s: seed:%d disagrees with config:seed=%s" % (run.name, run.seed, run.config["seed"]))
+        elif run.seed in seen:
+            problems.append("seed %d appears twice: %s and %s" % (run.seed, seen[run.seed], run.name))
+        else:
+            seen[run.seed] = run.name
+    if all(run.config for run in runs):
+        problems += config_differences(runs)
+    return problems
+
+
+def expected_headline(runs: List[SeedRun], declared: Optional[str]) -> Optional[str]:
+    """legal_ttt_exact whenever a log ran TTT (config or score line); else submission.json's metric; else the
+    best key all logs share."""
+    if any(run.ttt_enabled or TTT_KEY in run.exact for run in runs):
+        return TTT_KEY
+    return declared or choose_headline(runs).key
+
+
+def headline_and_size_problems(runs: List[SeedRun], declared: Optional[str]) -> List[str]:
+    problems = []
+    expected = expected_headline(runs, declared)
+    if declared and expected != declared:
+        problems.append("submission.json metric is %s but the logs ran TTT: the headline is %s" % (declared, expected))
+    for run in runs:
+        if expected is None:
+            if not any(key in run.exact for key in HEADLINE_KEYS):
+                problems.append("%s: no final score line (none of %s), so no headline score: the run did not "
+                                "finish" % (run.name, ", ".join(HEADLINE_KEYS)))
+        elif expected not in run.exact:
+            problems.append("%s: no %s line (the headline score): the run did not finish its evaluation"
+                            % (run.name, expected))
+        if run.bytes_total is None:
+            problems.append("%s: no 'Total submission size' line, so its size is unknown" % run.name)
+        elif run.bytes_total > SIZE_LIMIT_BYTES:
+            problems.append("%s: total size %d bytes is over the %d-byte cap by %d"
+                            % (run.name, run.bytes_total, SIZE_LIMIT_BYTES, run.bytes_total - SIZE_LIMIT_BYTES))
+    return problems
+
+
+def _tolerance(value) -> float:
+    """Half a unit of the last decimal written, so a value rounded for display still counts as equal."""
+    text = repr(float(value))
+    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 8
+    return 0.5 * 10.0 ** -decimals + 1e-12
+
+
+def submission_problems(submission: dict, runs: List[SeedRun], script: Path, folder_date: Optional[str]) -> List[str]:
+    problems = ["submission.json: missing field %s" % name for name in REQUIRED_SUBMISSION_FIELDS
+                if submission.get(name) in (None, "")]
+    declared = submission.get("metric")
+    if declared is not None and declared not in HEADLINE_KEYS:
+        problems.append("submission.json: metric %r is not one of %s" % (declared, ", ".join(HEADLINE_KEYS)))
+        declared = None
+    key = expected_headline(runs, declared)
+    scores = [run.exact[key] for run in runs if key in run.exact] if key else []
+    if runs and len(scores) == len(runs):
+        for index, field_name in ((1, "val_bpb"), (0, "val_loss")):
+            stated = submission.get(field_name)
+            headline = mean(score[index] for score in scores)
+            if isinstance(stated, (int, float)) and abs(stated - headline) > _tolerance(stated):
+                problems.append("submission.json: %s %s is not the headline, the mean %s over %d seeds = %.8f"
+                                % (field_name, stated, key, len(scores), headline))
+    totals = [run.bytes_total for run in runs if run.bytes_total is not None]
+    if totals and isinstance(submission.get("bytes_total"), int) and submission["bytes_total"] != max(totals):
+        problems.append("submission.json: bytes_total %d is not the largest seed's total %d"
+                        % (submission["bytes_total"], max(totals)))
+    code_bytes = len(script.read_bytes()) if script.is_file() else None
+    stated_code = submission.get("bytes_code")
+    if code_bytes is not None and isinstance(stated_code, int) and stated_code != code_bytes:
+        problems.append("submission.json: bytes_code %d is not train_gpt.py's size %d"
+                        % (submission["bytes_code"], code_bytes))
+    log_seeds = sorted(run.seed for run in runs if run.seed is not None)
+    if "seeds" in submission and sorted(submission["seeds"] or []) != log_seeds:
+        problems.append("submission.json: seeds %s do not match the logs' seeds %s" % (submission["seeds"], log_seeds))
+    if folder_date and isinstance(submission.get("date"), str) and not submission["date"].startswith(folder_date):
+        problems.append("submission.json: date %s does not match the folder's date %s"
+                        % (submission["date"], folder_date))
+    return problems
+
+
+def log_name_problems(folder: Path) -> Tuple[List[str], List[Path]]:
+    """(problems, every train log). Any *.log, or a *.txt that reads like a train log, must be
+    train_seed<N>.log with N the seed the log ran; misnamed logs still count in the other checks."""
+    problems, logs = [], []
+    for path in sorted(folder.iterdir()):
+        if not path.is_file():
+            continue
+        is_log = path.suffix == ".log"
+        if path.suffix == ".txt":
+            head = path.read_text(encoding="utf-8", errors="replace")
+            is_log = "code_sha256:" in head or ("step:" in head and "train_loss:" in head)
+        if not is_log:
+            continue
+        logs.append(path)
+        match = LOG_NAME.match(path.name)
+        if not match:
+            problems.append("%s: misnamed log: a train log must be named train_seed<N>.log" % path.name)
+            continue
+        run = parse_log(path)
+        if run.seed is not None and run.seed != int(match.group(1)):
+            problems.append("%s: misnamed log: it ran seed %d (name it train_seed%d.log)"
+                            % (path.name, run.seed, run.seed))
+    return problems, logs
+
+
+def check_folder(folder, run_import: bool = True, python310: Optional[str] = "auto") -> Tuple[List[str], List[str]]:
+    """(problems, notes) for a record folder; no problems means it is ready to submit."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ["%s: no such folder" % folder], []
+    notes = []
+    problems = ["missing required file %s" % name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    name_match = FOLDER_NAME.match(folder.name)
+    if not name_match:
+        problems.append("folder name %r is not <YYYY-MM-DD>_<Name>" % folder.name)
+    name_problems, log_paths = log_name_problems(folder)
+    problems += name_problems
+    if not log_paths:
+        problems.append("no train log (train_seed<N>.log) in the folder")
+    runs = [parse_log(path) for path in log_paths]
+    script = folder / "train_gpt.py"
+    submission, declared = {}, None
+    if (folder / "submission.json").is_file():
+        try:
+            submission = json.loads((folder / "submission.json").read_text(encoding="utf-8"))
+            declared = submission.get("metric") if submission.get("metric") in HEADLINE_KEYS else None
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append("submission.json: not valid JSON (%s)" % exc)
+    if runs:
+        problems += seed_and_config_problems(runs)
+        problems += headline_and_size_problems(runs, declared)
+        if script.is_file():
+            problems += provenance_problems(runs, script)
+    if submission:
+        problems += submission_problems(submission, runs, script, name_match.group(1) if name_match else None)
+    if script.is_file():
+        python310 = find_python310() if python310 == "auto" else python310
+        if python310 is None:
+            notes.append("no python3.10 found: checked the 3.10 grammar with ast feature_version=(3, 10) only")
+        problems += grammar_problems(script, python310)
+        if run_import:
+            problems += import_problems(script)
+        else:
+            notes.append("import check skipped")
+    return problems, notes

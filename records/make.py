@@ -1,0 +1,463 @@
+"""Build and check record folders from train logs.
+
+    python3 -m records.make parse LOG...                        per-seed results as JSON (absent ones named)
+    python3 -m records.make make --name NAME --author A --github-id G [--baseline DIR] LOG...
+    python3 -m records.make check DIR                           rule check; exit 1 with one line per problem
+
+`make` refuses (exit 2, nothing written) logs whose code_sha256 is not the submitted train_gpt.py's, or whose
+configs differ in anything but SEED and RUN_ID. Otherwise it writes records/<track>/<date>_<Name>/ (train_gpt.py,
+train_seed<N>.log, submission.json, curves.png, README.md), runs `check` on it and exits 1 if that finds problems.
+"""
+import argparse
+import ast
+import datetime
+import json
+import math
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from statistics import mean, stdev
+from typing import Dict, List, Optional, Tuple
+
+from records.check import check_folder, provenance_problems, seed_and_config_problems
+from records.parse import (PRE_TTT_KEYS, ROUNDTRIP_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, Headline, SeedRun,
+                           choose_headline, parse_log)
+
+IMPROVEMENT_MARGIN_NATS = 0.005  # the challenge: beat the previous record by >= 0.005 nats ...
+SIGNIFICANCE_LEVEL = 0.01  # ... shown at p < 0.01
+DEFAULT_TRACK = "track_10min_16mb"
+PLOT_NAME = "curves.png"
+
+
+# ---- statistics ----
+def mean_std(values: List[float]) -> Tuple[float, Optional[float]]:
+    """Mean and sample standard deviation (n - 1); the std is None for a single seed."""
+    return mean(values), (stdev(values) if len(values) > 1 else None)
+
+
+def welch_improvement_test(new: List[float], baseline: List[float], margin: float = IMPROVEMENT_MARGIN_NATS) -> dict:
+    """One-sided Welch t-test of H1: mean(baseline) - mean(new) > margin (H0: <= margin), on val_loss in nats.
+    Equivalent to a Welch test of baseline against new + margin. p is None when a side has < 2 values or
+    both sides have zero variance."""
+    from scipy import stats
+
+    result = {"n_new": len(new), "n_baseline": len(baseline), "margin": margin,
+              "improvement": mean(baseline) - mean(new), "t": None, "dof": None, "p_value": None}
+    if len(new) < 2 or len(baseline) < 2:
+        result["reason"] = "needs at least 2 seeds on each side"
+        return result
+    variance_new, variance_base = stdev(new) ** 2 / len(new), stdev(baseline) ** 2 / len(baseline)
+    if variance_new + variance_base == 0:
+        result["reason"] = "all values are identical on both sides: the t statistic is undefined"
+        return result
+    test = stats.ttest_ind(baseline, [value + margin for value in new], equal_var=False, alternative="greater")
+    result["t"], result["p_value"] = float(test.statistic), float(test.pvalue)
+    result["dof"] = (variance_new + variance_base) ** 2 / (variance_new ** 2 / (len(new) - 1)
+                                                           + variance_base ** 2 / (len(baseline) - 1))
+    return result
+
+
+# ---- the exact command ----
+def hyperparameter_defaults(source: str) -> Dict[str, str]:
+    """Field -> str(default) of the `Hyperparameters` dataclass, read with ast (nothing is imported)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Hyperparameters":
+            defaults = {}
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    try:
+                        defaults[item.target.id] = str(ast.literal_eval(item.value))
+                    except ValueError:
+                        continue
+            return defaults
+    return {}
+
+
+def run_command(run: SeedRun, defaults: Dict[str, str]) -> str:
+    """The launch that reproduces this log: every setting that differs from the script's default (all of them
+    when the defaults are unknown), then torchrun with the log's world size."""
+    settings = []
+    for key in sorted(run.config):
+        if key not in ("seed", "run_id") and defaults.get(key) != run.config[key]:
+            settings.append("%s=%s" % (key.upper(), shlex.quote(run.config[key])))
+    settings.append("SEED=%s RUN_ID=%s" % (run.seed, shlex.quote(run.run_id or "<any>")))
+    launcher = "torchrun --standalone --nproc_per_node=%d train_gpt.py" % (run.world_size or 8)
+    return " \\\n".join(settings + [launcher])
+
+
+# ---- results table ----
+def _fmt(value, pattern="%.8f", absent="—") -> str:
+    return absent if value is None else pattern % value
+
+
+def _seed_row(run: SeedRun, headline_key: Optional[str]) -> List[str]:
+    pre, post = run.score(PRE_TTT_KEYS), run.score(TTT_KEY)
+    gain = post[2] - pre[2] if pre and post else None
+    headline = run.score(headline_key) if headline_key else None
+    return [str(run.seed), _fmt(run.steps, "%d"), _fmt(run.step_avg_ms, "%.2f ms"), _fmt(run.train_time_ms, "%d ms"),
+            _fmt(pre and pre[2]), _fmt(post and post[2]), _fmt(gain, "%+.8f"),
+            _fmt(run.eval_time_ms.get("legal_ttt"), "%d ms"), _fmt(headline and headline[1]),
+            _fmt(headline and headline[2]), _fmt(run.bytes_model, "%d"), _fmt(run.bytes_total, "%d"),
+            "[log](train_seed%s.log)" % run.seed]
+
+
+def results_table(runs: List[SeedRun], headline: Headline) -> str:
+    header = ["Seed", "Steps", "step_avg", "Train time", "Pre-TTT val_bpb", "Post-TTT val_bpb (legal_ttt_exact)",
+              "TTT gain", "TTT time", "Headline val_loss", "Headline val_bpb", "Model bytes", "Total bytes", "Log"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in runs:
+        lines.append("| " + " | ".join(_seed_row(run, headline.key)) + " |")
+    summary = ["**Mean**"] + [""] * (len(header) - 1)
+    columns = [(4, PRE_TTT_KEYS, 2), (5, (TTT_KEY,), 2)]
+    if headline.key:
+        columns += [(8, (headline.key,), 1), (9, (headline.key,), 2)]
+    for column, keys, index in columns:
+        values = [run.score(keys)[index] for run in runs if run.score(keys)]
+        if len(values) == len(runs):
+            average, spread = mean_std(values)
+            summary[column] = "**%.8f**%s" % (average, "" if spread is None else " (std %.8f)" % spread)
+    steps = [run.steps for run in runs if run.steps is not None]
+    summary[1] = "%.1f" % mean(steps) if len(steps) == len(runs) else ""
+    totals = [run.bytes_total for run in runs if run.bytes_total is not None]
+    summary[11] = "max %d" % max(totals) if totals else ""
+    lines.append("| " + " | ".join(summary) + " |")
+    return "\n".join(lines)
+
+
+# ---- plot ----
+def draw_curves(runs: List[SeedRun], baseline: List[SeedRun], path: Path) -> None:
+    """Training loss and validation bpb against step for every seed; the baseline's seeds dashed in grey."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, bpb_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    points = {loss_axis: [], bpb_axis: []}
+    for group, style in ((baseline, {"linestyle": "--", "color": "0.6", "linewidth": 1.0}), (runs, {})):
+        for run in group:
+            label = ("baseline " if group is baseline else "") + "seed %s" % run.seed
+            curves = ((loss_axis, run.train_curve, {}), (bpb_axis, [(s, b) for s, _, b in run.val_curve],
+                                                          {"marker": "."}))
+            for axis, curve, extra in curves:
+                if curve:
+                    axis.plot(*zip(*curve), label=label, **style, **extra)
+                    points[axis] += curve
+    loss_axis.set(title="training loss (nats/token)", xlabel="step", ylabel="train_loss")
+    bpb_axis.set(title="validation bits per byte during training", xlabel="step", ylabel="val_bpb")
+    for axis, curve in points.items():
+        axis.grid(alpha=0.3)
+        if not curve:
+            continue
+        axis.legend(fontsize=8)
+        # The first steps' values (loss ~6.9, bpb ~4.1) would flatten the rest: the top follows the later ones.
+        later = [value for step, value in curve if step >= 0.05 * max(s for s, _ in curve)]
+        if len(later) >= 3 and max(later) < max(value for _, value in curve):
+            low, high = min(later), max(later)
+            axis.set_ylim(low - 0.05 * (high - low or 1.0), high + 0.05 * (high - low or 1.0))
+            axis.set_title(axis.get_title() + " (first steps off the top)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+# ---- README and submission.json ----
+def _runs_hardware(runs: List[SeedRun]) -> str:
+    descriptions = set()
+    for run in runs:
+        if run.gpu_names:
+            gpus = run.gpu_names[:run.world_size] if run.world_size else run.gpu_names
+            names = sorted(set(gpus))
+            descriptions.add("%d×%s" % (len(gpus), " + ".join(names)))
+        elif run.attention_backend and "cpu" in run.attention_backend:
+            descriptions.add("CPU (no GPU)")
+        else:
+            descriptions.add("unknown (the log has no nvidia-smi output)")
+    return "; ".join(sorted(descriptions))
+
+
+def _software(runs: List[SeedRun]) -> List[str]:
+    def values(attribute):
+        found = sorted({str(getattr(run, attribute)) for run in runs if getattr(run, attribute)})
+        return ", ".join(found) if found else "unknown"
+    return ["- Hardware: %s" % _runs_hardware(runs),
+            "- NVIDIA driver %s, CUDA %s (nvidia-smi)" % (values("driver_version"), values("cuda_version")),
+            "- Python %s, PyTorch %s" % (values("python_version"), values("pytorch_version")),
+            "- Attention backend: %s; world size %s" % (values("attention_backend"), values("world_size"))]
+
+
+def _significance_section(runs: List[SeedRun], headline: Headline, baseline: List[SeedRun],
+                          baseline_headline: Headline, baseline_dir: str) -> Tuple[List[str], dict]:
+    new = [run.exact[headline.key][0] for run in runs] if headline.key else []
+    base = [run.exact[baseline_headline.key][0] for run in baseline] if baseline_headline.key else []
+    lines = ["## Significance against the previous record", "",
+             "Baseline: `%s` (%d logs; its headline: %s)." % (baseline_dir, len(baseline), baseline_headline.note)]
+    if not new or not base:
+        lines += ["", "**Not computed**: %s has no headline score in every log." % ("this record" if not new
+                                                                                   else "the baseline")]
+        return lines, {"dir": baseline_dir, "p_value": None, "reason": "missing headline scores"}
+    test = welch_improvement_test(new, base)
+    bpb_per_nat = [run.exact[headline.key][1] / run.exact[headline.key][0] for run in runs
+                   if run.exact[headline.key][0] > 0]
+    lines += ["",
+              "What is tested: the challenge asks for an improvement of at least %.3f **nats** at p < %.2f. Nats "
+              "are `val_loss` (mean cross-entropy per token, natural log), not `val_bpb`; we test the per-seed "
+              "`val_loss` of the headline lines (`%s` here, `%s` in the baseline) with a one-sided Welch "
+              "t-test: H0 `mean(baseline) - mean(this) <= %.3f`, H1 `> %.3f` (unequal variances, Welch-"
+              "Satterthwaite dof; scipy `ttest_ind(baseline, this + %.3f, equal_var=False, alternative="
+              "'greater')`)." % (IMPROVEMENT_MARGIN_NATS, SIGNIFICANCE_LEVEL, headline.key, baseline_headline.key,
+                                 IMPROVEMENT_MARGIN_NATS, IMPROVEMENT_MARGIN_NATS, IMPROVEMENT_MARGIN_NATS), ""]
+    if bpb_per_nat:
+        lines += ["For scale: val_bpb = val_loss / ln 2 × tokens/byte, so here %.3f nats/token ≈ %.5f val_bpb "
+                  "(%.4f tokens per byte)." % (IMPROVEMENT_MARGIN_NATS, IMPROVEMENT_MARGIN_NATS * mean(bpb_per_nat),
+                                               mean(bpb_per_nat) * math.log(2)), ""]
+    lines.append("| | n | mean val_loss | mean val_bpb |")
+    lines.append("|---|---|---|---|")
+    lines.append("| this record | %d | %.8f | %.8f |"
+                 % (len(new), mean(new), mean(run.exact[headline.key][1] for run in runs)))
+    lines.append("| baseline | %d | %.8f | %.8f |" % (len(base), mean(base),
+                                                     mean(r.exact[baseline_headline.key][1] for r in baseline)))
+    lines.append("")
+    if test["p_value"] is None:
+        verdict = "**p-value not computed** (%s): the challenge's p < %.2f bar is **not shown**." % (
+            test["reason"], SIGNIFICANCE_LEVEL)
+    else:
+        meets = test["p_value"] < SIGNIFICANCE_LEVEL
+        verdict = ("Improvement %.6f nats; t = %.4f, dof = %.2f, **p = %.3g**: this %s the challenge's bar "
+                   "(p < %.2f for an improvement of at least %.3f nats)."
+                   % (test["improvement"], test["t"], test["dof"], test["p_value"],
+                      "**MEETS**" if meets else "**MISSES**", SIGNIFICANCE_LEVEL, IMPROVEMENT_MARGIN_NATS))
+    lines.append(verdict)
+    summary = {"dir": baseline_dir, "metric": baseline_headline.key, "tested": "val_loss (nats per token)",
+               "margin_nats": IMPROVEMENT_MARGIN_NATS, "improvement_nats": test["improvement"], "t": test["t"],
+               "dof": test["dof"], "p_value": test["p_value"],
+               "meets_p_below_0_01": test["p_value"] is not None and test["p_value"] < SIGNIFICANCE_LEVEL}
+    return lines, summary
+
+
+def _absent_section(runs: List[SeedRun], headline: Headline) -> List[str]:
+    lines = []
+    for run in runs:
+        missing = run.absent()
+        if missing:
+            lines.append("- `train_seed%s.log` lacks: %s" % (run.seed, "; ".join(missing)))
+    if not lines:
+        return []
+    return ["## Absent results", "", "These logs stop before some results (the folder fails `check` until "
+            "the headline line is present in every log):", ""] + lines + [""]
+
+
+def _warnings_section(runs: List[SeedRun]) -> List[str]:
+    """WARNING/ERROR lines of the logs (an ignored env setting, a size overrun) with the seeds that printed them."""
+    seen = {}
+    for run in runs:
+        for line in run.warnings:
+            seen.setdefault(line, []).append(str(run.seed))
+    if not seen:
+        return []
+    return (["## Warnings in the logs", ""]
+            + ["- `%s` (seed %s)" % (line, ", ".join(seeds)) for line, seeds in seen.items()] + [""])
+
+
+def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, hardware: str,
+                 significance: List[str], defaults: Dict[str, str]) -> None:
+    scores = [run.exact[headline.key] for run in runs] if headline.key else []
+    totals = [run.bytes_total for run in runs if run.bytes_total is not None]
+    if scores:
+        average, spread = mean_std([score[1] for score in scores])
+        head = "**val_bpb: %.8f** (%d-seed mean%s; %s)" % (
+            average, len(scores), "" if spread is None else ", std %.8f" % spread, headline.note)
+    else:
+        head = "**val_bpb: absent** (%s)" % headline.note
+    lines = ["# %s" % args.name, "",
+             "%s | **%s bytes** (largest seed, cap %s) | %s" % (
+                 head, "{:,}".format(max(totals)) if totals else "absent", "{:,}".format(SIZE_LIMIT_BYTES), hardware),
+             ""]
+    if args.blurb:
+        lines += [args.blurb, ""]
+    lines += ["## Results", "", results_table(runs, headline), "",
+              "Pre-TTT is the int6 sliding-window score (`final_int6_sliding_window_exact`; old logs: "
+              "`final_int8_zlib_roundtrip_exact`), post-TTT the legal score-first TTT score (`legal_ttt_exact`). "
+              "Means and sample standard deviations (n − 1) are over the seeds. Total bytes = int6+lzma model + "
+              "code (`Total submission size`).", ""]
+    lines += _absent_section(runs, headline) + _warnings_section(runs)
+    lines += ["## Curves", "", "![training loss and validation bpb of every seed](%s)" % PLOT_NAME, ""]
+    if significance:
+        lines += significance + [""]
+    if args.notes:
+        lines += [Path(args.notes).read_text(encoding="utf-8").rstrip(), ""]
+    lines += ["## Run command", "",
+              "Settings that differ from train_gpt.py's defaults, from the logs' `config:` lines (identical for "
+              "every seed but SEED and RUN_ID):", "", "```bash", run_command(runs[0], defaults), "```", "",
+              "The other seeds: %s." % (", ".join("`SEED=%s RUN_ID=%s`" % (run.seed, run.run_id)
+                                                   for run in runs[1:]) or "none"),
+              "", "## Hardware and software (from the logs)", ""]
+    lines += _software(runs) + [
+        "- train_gpt.py: %d bytes, sha256 `%s` (the `code_sha256` of every log)" % (
+            runs[0].bytes_code or len((folder / "train_gpt.py").read_bytes()), runs[0].code_sha256), "",
+        "Built with `python3 -m records.make make`; `python3 -m records.make check records/%s/%s` re-runs the "
+        "rule checks." % (args.track, folder.name), ""]
+    (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: str, code_bytes: int,
+                      significance: Optional[dict]) -> dict:
+    scores = [run.exact[headline.key] for run in runs] if headline.key else []
+    totals = [run.bytes_total for run in runs if run.bytes_total is not None]
+    bpb_mean, bpb_std = mean_std([score[1] for score in scores]) if scores else (None, None)
+    pre = [run.score(PRE_TTT_KEYS)[2] for run in runs if run.score(PRE_TTT_KEYS)]
+
+    def rounded(value):
+        return None if value is None else round(value, 8)
+    record = {
+        "name": args.name, "author": args.author, "github_id": args.github_id, "date": args.date,
+        "track": args.track, "hardware": hardware,
+        "blurb": args.blurb or "%s; %d seeds on %s; val_bpb is the mean %s." % (args.name, len(runs), hardware,
+                                                                               headline.key or "(absent)"),
+        "val_bpb": rounded(bpb_mean), "val_bpb_std": rounded(bpb_std),
+        "val_loss": rounded(mean(score[0] for score in scores)) if scores else None,
+        "metric": headline.key, "metric_note": headline.note,
+        "pre_ttt_val_bpb": rounded(mean(pre)) if len(pre) == len(runs) else None,
+        "bytes_total": max(totals) if len(totals) == len(runs) else None, "bytes_code": code_bytes,
+        "seeds": [run.seed for run in runs],
+        "seed_results": [{
+            "seed": run.seed, "log": "train_seed%s.log" % run.seed,
+            "val_bpb": rounded(run.exact[headline.key][1]) if headline.key else None,
+            "val_loss": rounded(run.exact[headline.key][0]) if headline.key else None,
+            "pre_ttt_val_bpb": rounded(run.score(PRE_TTT_KEYS)[2]) if run.score(PRE_TTT_KEYS) else None,
+            "roundtrip_val_bpb": rounded(run.score(ROUNDTRIP_KEYS)[2]) if run.score(ROUNDTRIP_KEYS) else None,
+            "steps": run.steps, "step_avg_ms": run.step_avg_ms, "train_time_ms": run.train_time_ms,
+            "bytes_model": run.bytes_model, "bytes_total": run.bytes_total, "absent": run.absent(),
+        } for run in runs],
+        "code_sha256": runs[0].code_sha256,
+        "python_version": runs[0].python_version, "pytorch_version": runs[0].pytorch_version,
+    }
+    if significance is not None:
+        record["baseline"] = significance
+    return record
+
+
+# ---- commands ----
+def _folder_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", name).strip("_.") or "record"
+
+
+def _parse_baseline(directory: str) -> List[SeedRun]:
+    folder = Path(directory)
+    paths = sorted(folder.glob("*.log")) or sorted(folder.glob("*.txt"))
+    return [parse_log(path) for path in paths]
+
+
+def command_make(args) -> int:
+    script = Path(args.script)
+    if not script.is_file():
+        print("error: %s: no such file (pass --script)" % script, file=sys.stderr)
+        return 2
+    runs = sorted((parse_log(path) for path in args.logs), key=lambda run: (run.seed is None, run.seed or 0))
+    refusals = provenance_problems(runs, script) + seed_and_config_problems(runs)
+    if refusals:
+        print("refused: nothing written", file=sys.stderr)
+        for problem in refusals:
+            print(problem)
+        return 2
+    for run in runs:
+        if run.absent():
+            print("warning: %s (seed %s) lacks: %s" % (run.name, run.seed, "; ".join(run.absent())), file=sys.stderr)
+    headline = choose_headline(runs)
+    print("headline: %s" % headline.note, file=sys.stderr)
+    folder = Path(args.out) / args.track / ("%s_%s" % (args.date, _folder_name(args.name)))
+    if folder.exists() and not args.force:
+        print("error: %s exists (pass --force to rewrite its generated files)" % folder, file=sys.stderr)
+        return 2
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("train_seed*.log"):
+        stale.unlink()
+    shutil.copyfile(script, folder / "train_gpt.py")
+    for run in runs:
+        shutil.copyfile(run.path, folder / ("train_seed%d.log" % run.seed))
+    baseline = _parse_baseline(args.baseline) if args.baseline else []
+    if args.baseline and not baseline:
+        print("warning: --baseline %s holds no *.log or *.txt logs" % args.baseline, file=sys.stderr)
+    significance_lines, significance = [], None
+    if baseline:
+        significance_lines, significance = _significance_section(runs, headline, baseline,
+                                                                 choose_headline(baseline), args.baseline)
+    hardware = _runs_hardware(runs)
+    draw_curves(runs, baseline, folder / PLOT_NAME)
+    defaults = hyperparameter_defaults(script.read_text(encoding="utf-8"))
+    write_readme(folder, args, runs, headline, hardware, significance_lines, defaults)
+    record = submission_record(args, runs, headline, hardware, len(script.read_bytes()), significance)
+    (folder / "submission.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(folder)
+    return report_check(folder, run_import=not args.skip_import_check)
+
+
+def report_check(folder: Path, run_import: bool = True) -> int:
+    problems, notes = check_folder(folder, run_import=run_import)
+    for note in notes:
+        print("note: " + note, file=sys.stderr)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print("check: %d problem(s) in %s" % (len(problems), folder), file=sys.stderr)
+        return 1
+    print("check: %s passes" % folder, file=sys.stderr)
+    return 0
+
+
+def command_parse(args) -> int:
+    runs = [parse_log(path) for path in args.logs]
+    headline = choose_headline(runs)
+    print(json.dumps({"headline": {"key": headline.key, "note": headline.note},
+                      "seeds": [run.summary() for run in runs]}, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m records.make", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    parse = commands.add_parser("parse", help="print per-seed results of train logs as JSON")
+    parse.add_argument("logs", nargs="+", help="train logs (ours or the challenge's)")
+    make = commands.add_parser("make", help="build a record folder from one file log per seed")
+    make.add_argument("logs", nargs="+", help="the trainer's file logs logs/<RUN_ID>.txt, one per seed")
+    make.add_argument("--name", required=True, help="record name (README title; folder <date>_<Name>)")
+    make.add_argument("--author", required=True, help="author's name for submission.json")
+    make.add_argument("--github-id", required=True, help="author's GitHub id for submission.json")
+    make.add_argument("--script", default="train_gpt.py", help="the train_gpt.py that produced the logs")
+    make.add_argument("--track", default=DEFAULT_TRACK, help="records/<track>/ (default %(default)s)")
+    make.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                      help="YYYY-MM-DD for the folder and submission.json (default: today, UTC)")
+    make.add_argument("--blurb", default="", help="one-paragraph summary for README and submission.json")
+    make.add_argument("--notes", help="a markdown file inserted into README (description, ablations, credits)")
+    make.add_argument("--baseline", help="folder with the previous record's logs: adds the Welch t-test")
+    make.add_argument("--out", default=str(Path(__file__).resolve().parent), help="records root (default: "
+                                                                                  "this package's folder)")
+    make.add_argument("--force", action="store_true", help="rewrite the generated files of an existing folder")
+    make.add_argument("--skip-import-check", action="store_true", help="skip the import part of the final check")
+    check = commands.add_parser("check", help="check a record folder; exit 1 with one line per problem")
+    check.add_argument("folder")
+    check.add_argument("--skip-import-check", action="store_true", help="skip the import-side-effect check")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "parse":
+        return command_parse(args)
+    if args.command == "make":
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", args.date):
+            print("error: --date %r is not YYYY-MM-DD" % args.date, file=sys.stderr)
+            return 2
+        return command_make(args)
+    return report_check(Path(args.folder), run_import=not args.skip_import_check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,464 @@
+"""records/ (python3 -m records.make): parsing our trainer's logs (two real tiny CPU runs, shared by the module)
+and the challenge's line formats, the Welch p-value, building a folder, and every `check` rule on crafted folders."""
+import hashlib
+import json
+import math
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from statistics import mean, stdev
+from typing import Tuple
+
+import pytest
+from scipy import stats
+
+from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(REPO))
+from records.check import check_folder, find_python310, import_problems  # noqa: E402
+from records.make import hyperparameter_defaults, main as records_main, welch_improvement_test  # noqa: E402
+from records.parse import choose_headline, parse_log, parse_log_text  # noqa: E402
+
+SEEDS = (1337, 42)
+SCRIPT = REPO / "train_gpt.py"
+SOURCE_END = "=" * 100 + "\nRunning Python"
+# A few steps with a val line at 0, 3 and 6; once the trainer has its end-of-run evals, keep them tiny too.
+RUN_SETTINGS = {"ITERATIONS": "6", "VAL_LOSS_EVERY": "3", "TRAIN_LOG_EVERY": "1"}
+EVAL_SETTINGS = {"EVAL_STRIDE": "32", "TTT_CHUNK_TOKENS": "8192", "TTT_EPOCHS": "1"}
+
+
+# ---- hand-written logs in the challenge's formats (SPEC §9) ----
+def challenge_log(seed, val_loss, val_bpb, total_bytes=15_977_386, ttt=True, noise=True):
+    """A torchrun console copy in the 2026-03-23 record's format (pre-TTT = post-TTT + 0.0024 bpb)."""
+    pre_loss, pre_bpb = val_loss + 0.004, val_bpb + 0.0024
+    lines = []
+    if noise:
+        lines += ["W0323 10:00:00.000000 1 site-packages/torch/distributed/run.py:792] ",
+                  "W0323 10:00:00.000000 1 site-packages/torch/distributed/run.py:792] *****",
+                  "W0323 10:00:00.000000 1 site-packages/torch/distributed/run.py:792] Setting OMP_NUM_THREADS "
+                  "environment variable for each process to be 1 in default"]
+    lines += ["logs/%s.txt" % seed,
+              "val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=/root/data/fineweb_1024_bpe.model",
+              "train_loader:dataset:fineweb10B_sp1024 train_shards:80",
+              "val_loader:shards pattern=/root/data/fineweb_val_*.bin tokens:62021632",
+              "model_params:26928220", "mtp_num_heads:0 mtp_loss_weight:0.2 mtp_params:0",
+              "XSA:last_4 active_layers:[7, 8, 9, 10]", "world_size:8 grad_accum_steps:1",
+              "sdp_backends:cudnn=False flash=True mem_efficient=False math=False",
+              "attention_mode:gqa num_heads:8 num_kv_heads:4",
+              "tie_embeddings:True embed_lr:0.035 head_lr:0.0 matrix_lr:0.025 scalar_lr:0.025",
+              "train_batch_tokens:786432 train_seq_len:2048 iterations:9000 warmup_steps:20 "
+              "max_wallclock_seconds:600.000", "seed:%d" % seed, "warmup_step:1/20", "warmup_step:20/20",
+              "step:0/9000 val_loss:6.9309 val_bpb:4.1048 train_time:0ms step_avg:0.02ms",
+              "step:1/9000 train_loss:6.9317 train_time:133ms step_avg:133.10ms",
+              "step:500/9000 train_loss:2.3811 train_time:41700ms step_avg:83.40ms"]
+    if noise:
+        lines += ["[rank3]:[W323 10:00:10.1 Utils.hpp:137] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING",
+                  "step:4000/9000 corrupted-by-another-process train_loss:2.1 train_time:1ms step_avg:1.00ms"]
+    lines += ["step:4000/9000 val_loss:2.0577 val_bpb:1.2187 train_time:333600ms step_avg:83.40ms",
+              "swa:start step:6500", "late_qat:enabled step:6662 scale:0.1498",
+              "step:7179/9000 val_loss:1.9213 val_bpb:1.1379 train_time:600128ms step_avg:83.59ms",
+              "stopping_early: wallclock_cap train_time:600128ms step:7179/9000",
+              "peak memory allocated: 21471 MiB reserved: 22002 MiB", "ema:applying EMA weights",
+              "DIAGNOSTIC post_ema val_loss:1.9196 val_bpb:1.1369 eval_time:1971ms",
+              "Serialized model: 106027446 bytes", "Code size: 89458 bytes",
+              "Serialized model int6+lzma: %d bytes" % (total_bytes - 89458),
+              "Total submission size int6+lzma: %d bytes" % total_bytes,
+              "final_int6_roundtrip val_loss:1.9336 val_bpb:1.1452 eval_time:6562ms",
+              "final_int6_roundtrip_exact val_loss:1.93360000 val_bpb:1.14518023",
+              "final_int6_sliding_window val_loss:%.4f val_bpb:%.4f stride:64 eval_time:74066ms" % (pre_loss, pre_bpb),
+              "final_int6_sliding_window_exact val_loss:%.8f val_bpb:%.8f" % (pre_loss, pre_bpb),
+              "final_int8_zlib_roundtrip_exact val_loss:%.8f val_bpb:%.8f" % (pre_loss, pre_bpb)]
+    if ttt:
+        lines += ["ttt_sliding:start chunks=1893 chunk_tokens=32768 total_windows=969088 stride=64 ttt_lr=0.002 "
+                  "ttt_epochs=3 freeze_blocks=0", "ttt_sliding:params unfrozen=26928220 frozen=0",
+                  "  ttt_chunk [1/1893] bpb=1.156789 time=0.3s",
+                  "ttt_sliding:done val_loss=%.6f val_bpb=%.6f elapsed=410.3s" % (val_loss, val_bpb),
+                  "legal_ttt val_loss:%.4f val_bpb:%.4f eval_time:410268ms" % (val_loss, val_bpb),
+                  "legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % (val_loss, val_bpb)]
+    return "\n".join(lines) + "\n"
+
+
+BASELINE_TAIL = """step:13780/20000 val_loss:2.0606 val_bpb:1.2172 train_time:600038ms step_avg:43.54ms
+stopping_early: wallclock_cap train_time:600038ms step:13780/20000
+peak memory allocated: 10184 MiB reserved: 10200 MiB
+Serialized model: 67224983 bytes
+Code size: 47642 bytes
+Total submission size: 67272625 bytes
+Serialized model int8+zlib: 15815847 bytes (payload:17178912 raw_torch:17224025 payload_ratio:3.91x)
+Total submission size int8+zlib: 15863489 bytes
+final_int8_zlib_roundtrip val_loss:2.0727 val_bpb:1.2244 eval_time:1401ms
+final_int8_zlib_roundtrip_exact val_loss:2.07269931 val_bpb:1.22436570
+"""
+
+NVIDIA_SMI = """+-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 570.124.06             Driver Version: 570.124.06     CUDA Version: 12.8     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+|=========================================+========================+======================|
+""" + "".join("|   %d  NVIDIA H100 80GB HBM3          On  |   00000000:%02X:00.0 Off |%s0 |\n" % (i, i, " " * 20)
+              for i in range(8))
+
+
+def our_final_lines(seed, code_bytes):
+    """SPEC §9 lines 18-24 as our trainer prints them (no int8 key), for logs of a trainer without them yet."""
+    loss = 6.9 + (seed % 97) * 1e-4
+    bpb = loss * 0.6155
+    model_bytes = 400_000 + seed
+    return "\n".join([
+        "ema:applying EMA weights", "DIAGNOSTIC post_ema val_loss:%.4f val_bpb:%.4f eval_time:15ms" % (loss, bpb),
+        "Serialized model: 1000000 bytes", "Code size: %d bytes" % code_bytes,
+        "Serialized model int6+lzma: %d bytes" % model_bytes,
+        "Total submission size int6+lzma: %d bytes" % (model_bytes + code_bytes),
+        "submission_bytes code_bytes:%d model_bytes:%d total_bytes:%d limit_bytes:16000000"
+        % (code_bytes, model_bytes, model_bytes + code_bytes),
+        "final_int6_roundtrip val_loss:%.4f val_bpb:%.4f eval_time:20ms" % (loss + 0.01, bpb + 0.006),
+        "final_int6_roundtrip_exact val_loss:%.8f val_bpb:%.8f" % (loss + 0.01, bpb + 0.006),
+        "final_int6_sliding_window val_loss:%.4f val_bpb:%.4f stride:32 eval_time:30ms" % (loss + 0.004, bpb + 0.0024),
+        "final_int6_sliding_window_exact val_loss:%.8f val_bpb:%.8f" % (loss + 0.004, bpb + 0.0024),
+        "ttt_sliding:done val_loss=%.6f val_bpb=%.6f elapsed=0.1s" % (loss, bpb),
+        "legal_ttt val_loss:%.4f val_bpb:%.4f eval_time:40ms" % (loss, bpb),
+        "legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % (loss, bpb)]) + "\n"
+
+
+def edit_after_source(path: Path, edit) -> None:
+    """Apply `edit` to the log's lines after the embedded source (the source and its sha stay intact)."""
+    text = path.read_text(encoding="utf-8")
+    cut = text.find(SOURCE_END)
+    cut = 0 if cut < 0 else cut
+    path.write_text(text[:cut] + edit(text[cut:]), encoding="utf-8")
+
+
+# ---- shared fixtures: two real runs, completed logs, a baseline folder, a good record folder ----
+@pytest.fixture(scope="module")
+def real_logs(tiny_data, tmp_path_factory):
+    """Two real tiny CPU runs of train_gpt.py (seeds 1337, 42), ~7 s each; the trainer's file logs."""
+    workdir = tmp_path_factory.mktemp("record_runs")
+    settings = dict(RUN_SETTINGS)
+    if "ttt_chunk_tokens" in hyperparameter_defaults(SCRIPT.read_text(encoding="utf-8")):
+        settings.update(EVAL_SETTINGS)
+    logs = {}
+    for seed in SEEDS:
+        env = run_env(dict(tiny_data["env"], **settings, SEED=str(seed), RUN_ID="rec_seed%d" % seed))
+        result = subprocess.run([sys.executable, str(SCRIPT)], cwd=workdir, env=env, capture_output=True,
+                                text=True, timeout=900)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        logs[seed] = workdir / "logs" / ("rec_seed%d.txt" % seed)
+    return logs
+
+
+@pytest.fixture(scope="module")
+def complete_logs(real_logs, tmp_path_factory):
+    """The real logs, with our end-of-run lines appended where the trainer does not print them yet."""
+    folder = tmp_path_factory.mktemp("complete_logs")
+    paths = {}
+    for seed, path in real_logs.items():
+        text = path.read_text(encoding="utf-8")
+        if "legal_ttt_exact" not in text:
+            text += our_final_lines(seed, len(SCRIPT.read_bytes()))
+        paths[seed] = folder / path.name
+        paths[seed].write_text(text, encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def baseline_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("baseline")
+    for seed, loss in ((1337, 7.1), (42, 7.2), (2025, 7.15)):
+        (folder / ("train_seed%d.log" % seed)).write_text(challenge_log(seed, loss, loss * 0.6155), encoding="utf-8")
+    return folder
+
+
+def make_record(out: Path, logs, *extra) -> Tuple[int, Path]:
+    argv = ["make", "--name", "Tiny CPU smoke", "--author", "Test Author", "--github-id", "tester",
+            "--script", str(SCRIPT), "--out", str(out), "--date", "2026-11-22", "--skip-import-check"]
+    rc = records_main(argv + list(extra) + [str(path) for path in logs])
+    return rc, out / "track_10min_16mb" / "2026-11-22_Tiny_CPU_smoke"
+
+
+@pytest.fixture(scope="module")
+def good_folder(complete_logs, baseline_dir, tmp_path_factory):
+    rc, folder = make_record(tmp_path_factory.mktemp("records"), complete_logs.values(),
+                             "--baseline", str(baseline_dir))
+    assert rc == 0
+    return folder
+
+
+@pytest.fixture
+def bad_folder(good_folder, tmp_path):
+    copy = tmp_path / good_folder.name
+    shutil.copytree(good_folder, copy)
+    return copy
+
+
+def problems_of(folder, **kwargs):
+    kwargs.setdefault("run_import", False)
+    kwargs.setdefault("python310", None)
+    return check_folder(folder, **kwargs)[0]
+
+
+# ---- parsing ----
+def test_real_run_logs_parse(real_logs):
+    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    runs = [parse_log(real_logs[seed]) for seed in SEEDS]
+    for seed, run in zip(SEEDS, runs):
+        assert (run.seed, run.run_id, run.config["seed"]) == (seed, "rec_seed%d" % seed, str(seed))
+        assert run.code_sha256 == digest and run.source_sha256() == digest
+        assert (run.steps, run.iterations, run.world_size) == (6, 6, 1)
+        assert [step for step, _ in run.train_curve] == [1, 2, 3, 4, 5, 6]
+        assert [step for step, _, _ in run.val_curve] == [0, 3, 6]
+        assert run.step_avg_ms > 0 and run.train_time_ms > 0 and math.isfinite(run.val_curve[-1][2])
+        assert run.python_version == platform.python_version() and run.pytorch_version
+        assert run.config["num_layers"] == "4" and run.val_tokens > 0
+        if "legal_ttt_exact" in run.exact:  # the trainer prints its end-of-run lines
+            assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == len(SCRIPT.read_bytes())
+        else:  # not yet: every absent result is named, nothing crashes
+            assert run.absent() == ["artifact bytes (Total submission size ...)",
+                                    "final round-trip score (final_int6_roundtrip_exact)",
+                                    "pre-TTT sliding score (final_int6_sliding_window_exact)",
+                                    "post-TTT score (legal_ttt_exact)"]
+            assert choose_headline(runs).key is None
+
+
+def test_challenge_console_log_parses():
+    run = parse_log_text(challenge_log(1337, 1.889813, 1.11922988), "train_seed1337.log")
+    assert (run.seed, run.steps, run.iterations) == (1337, 7179, 9000)
+    assert (run.train_time_ms, run.step_avg_ms) == (600128, 83.59)
+    assert run.stopped_early and run.world_size == 8 and run.val_tokens == 62021632
+    assert run.exact["legal_ttt_exact"] == (1.889813, 1.11922988)
+    assert run.score(("final_int6_sliding_window_exact",))[2] == pytest.approx(1.12162988)
+    assert (run.bytes_model, run.bytes_code, run.bytes_total) == (15887928, 89458, 15977386)
+    assert run.eval_time_ms["legal_ttt"] == 410268 and run.peak_memory_mib == 21471
+    assert [step for step, _ in run.train_curve] == [1, 500]  # the corrupted line is skipped
+    assert run.code_sha256 is None and "code_sha256 line" in run.absent() and "config: lines" in run.absent()
+    headline = choose_headline([run])
+    assert headline.key == "legal_ttt_exact" and "post-TTT" in headline.note
+
+
+def test_parse_command_prints_per_seed_json(tmp_path, capsys):
+    path = tmp_path / "train_seed42.log"
+    path.write_text("config:ttt_enabled=False\n" + challenge_log(42, 1.89, 1.12, ttt=False), encoding="utf-8")
+    assert records_main(["parse", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["headline"]["key"] == "final_int6_sliding_window_exact"
+    (seed,) = report["seeds"]
+    assert (seed["seed"], seed["steps"], seed["post_ttt"], seed["bytes_total"]) == (42, 7179, None, 15977386)
+    assert seed["absent"] == ["code_sha256 line"]  # TTT was off, so its score is not missing
+
+
+def test_baseline_log_headline_is_its_int8_line_and_bytes_are_the_compressed_total():
+    run = parse_log_text("seed:1337\n" + BASELINE_TAIL)
+    assert run.bytes_total == 15863489 and run.bytes_model == 15815847 and run.artifact_format == "int8+zlib"
+    headline = choose_headline([run])
+    assert headline.key == "final_int8_zlib_roundtrip_exact" and "no legal_ttt_exact" in headline.note
+    assert run.exact[headline.key] == (2.07269931, 1.22436570)
+
+
+def test_file_log_source_and_nvidia_smi():
+    source = '"""Docs quoting a log:\nlegal_ttt_exact val_loss:0.1 val_bpb:0.1\nstep:5/9 train_loss:0.5 ' \
+             'train_time:1ms step_avg:1.00ms\n"""\nprint("hi")\n'
+    versions = "Running Python 3.12.3 (main) [GCC]\nRunning PyTorch 2.9.1+cu128\n"
+    text = (source + "\n" + "=" * 100 + "\n" + versions + NVIDIA_SMI + "=" * 100 + "\n"
+            + challenge_log(42, 1.89, 1.12, noise=False))
+    run = parse_log_text(text)
+    assert run.exact["legal_ttt_exact"] == (1.89, 1.12) and 5 not in [step for step, _ in run.train_curve]
+    assert run.source == source and (run.python_version, run.pytorch_version) == ("3.12.3", "2.9.1+cu128")
+    assert run.gpu_names == ["NVIDIA H100 80GB HBM3"] * 8
+    assert (run.driver_version, run.cuda_version) == ("570.124.06", "12.8")
+
+
+def test_headline_without_ttt_says_which_score_it_is():
+    off = parse_log_text("config:ttt_enabled=False\n" + challenge_log(1, 1.9, 1.12, ttt=False))
+    headline = choose_headline([off])
+    assert headline.key == "final_int6_sliding_window_exact" and "TTT was off" in headline.note
+    on = parse_log_text("config:ttt_enabled=True\n" + challenge_log(2, 1.9, 1.12, ttt=False))
+    headline = choose_headline([on, parse_log_text(challenge_log(3, 1.9, 1.12))])
+    assert headline.key == "final_int6_sliding_window_exact" and "ABSENT" in headline.note
+
+
+# ---- statistics ----
+def test_welch_p_value_matches_hand_computation():
+    new = [2.8101, 2.8123, 2.8090]
+    base = [2.8251, 2.8270, 2.8236, 2.8262]
+    margin = 0.005
+    mean_new, mean_base = sum(new) / 3, sum(base) / 4
+    var_new = sum((x - mean_new) ** 2 for x in new) / 2 / 3  # sample variance / n
+    var_base = sum((x - mean_base) ** 2 for x in base) / 3 / 4
+    t_value = (mean_base - mean_new - margin) / math.sqrt(var_new + var_base)
+    dof = (var_new + var_base) ** 2 / (var_new ** 2 / 2 + var_base ** 2 / 3)
+    expected = stats.t.sf(t_value, dof)
+    result = welch_improvement_test(new, base, margin)
+    assert result["t"] == pytest.approx(t_value, rel=1e-9) and result["dof"] == pytest.approx(dof, rel=1e-9)
+    assert result["p_value"] == pytest.approx(expected, rel=1e-7)
+    assert 0.0 < expected < 0.01  # these numbers clear the bar; an improvement of 0.02 nats is not shown
+    assert welch_improvement_test(new, base, 0.02)["p_value"] > 0.5
+    assert welch_improvement_test(new[:1], base)["p_value"] is None
+
+
+# ---- make ----
+def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, baseline_dir):
+    names = sorted(path.name for path in good_folder.iterdir())
+    assert names == ["README.md", "curves.png", "submission.json", "train_gpt.py", "train_seed1337.log",
+                     "train_seed42.log"]
+    assert (good_folder / "train_gpt.py").read_bytes() == SCRIPT.read_bytes()
+    assert (good_folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = [parse_log(complete_logs[seed]) for seed in SEEDS]
+    submission = json.loads((good_folder / "submission.json").read_text())
+    assert submission["metric"] == "legal_ttt_exact"
+    assert submission["val_bpb"] == round(mean(r.exact["legal_ttt_exact"][1] for r in runs), 8)
+    assert submission["val_loss"] == round(mean(r.exact["legal_ttt_exact"][0] for r in runs), 8)
+    assert submission["val_bpb_std"] == round(stdev(r.exact["legal_ttt_exact"][1] for r in runs), 8)
+    assert submission["bytes_total"] == max(r.bytes_total for r in runs)
+    assert submission["bytes_code"] == len(SCRIPT.read_bytes()) and sorted(submission["seeds"]) == [42, 1337]
+    assert (submission["author"], submission["github_id"]) == ("Test Author", "tester")
+    assert submission["date"] == "2026-11-22"
+    baseline_losses = [7.1, 7.2, 7.15]
+    expected = welch_improvement_test([r.exact["legal_ttt_exact"][0] for r in runs], baseline_losses)
+    assert submission["baseline"]["p_value"] == pytest.approx(expected["p_value"])
+    readme = (good_folder / "README.md").read_text()
+    assert "](curves.png)" in readme and "torchrun --standalone --nproc_per_node=1 train_gpt.py" in readme
+    assert "SEED=42 RUN_ID=rec_seed42" in readme and "NUM_LAYERS=4" in readme
+    assert ("**MEETS**" if expected["p_value"] < 0.01 else "**MISSES**") in readme and "val_loss" in readme
+    assert "Python %s" % platform.python_version() in readme
+    problems, _ = check_folder(good_folder, run_import=True)  # the real import check and python3.10, once
+    assert problems == []
+
+
+def test_make_refuses_mixed_configs_and_another_script(complete_logs, tmp_path):
+    edited = tmp_path / "rec_seed42.txt"
+    shutil.copyfile(complete_logs[42], edited)
+    edit_after_source(edited, lambda text: text.replace("config:num_layers=4", "config:num_layers=5"))
+    rc, folder = make_record(tmp_path / "out", [complete_logs[1337], edited])
+    assert rc == 2 and not folder.exists()
+    other_script = tmp_path / "train_gpt.py"
+    other_script.write_bytes(SCRIPT.read_bytes() + b"# changed after the runs\n")
+    rc = records_main(["make", "--name", "x", "--author", "a", "--github-id", "g", "--script", str(other_script),
+                       "--out", str(tmp_path / "out2"), str(complete_logs[1337])])
+    assert rc == 2 and not (tmp_path / "out2").exists()
+
+
+def test_make_reports_absent_results_and_check_fails_without_the_headline(complete_logs, tmp_path):
+    truncated = []
+    for seed in SEEDS:
+        text = complete_logs[seed].read_text(encoding="utf-8")
+        last_step = text.rfind("\nstep:6/6 val_loss")
+        path = tmp_path / ("rec_seed%d.txt" % seed)
+        path.write_text(text[:text.index("\n", last_step + 1) + 1], encoding="utf-8")
+        truncated.append(path)
+    rc, folder = make_record(tmp_path / "out", truncated)
+    assert rc == 1
+    readme = (folder / "README.md").read_text()
+    assert "## Absent results" in readme and "post-TTT score (legal_ttt_exact)" in readme
+    assert json.loads((folder / "submission.json").read_text())["val_bpb"] is None
+    problems = problems_of(folder)
+    assert any("train_seed42.log" in p and "headline" in p for p in problems)
+
+
+# ---- check: each rule fails on a crafted folder ----
+def test_check_missing_required_file(bad_folder):
+    (bad_folder / "README.md").unlink()
+    assert "missing required file README.md" in problems_of(bad_folder)
+
+
+def test_check_script_differs_from_the_logs(bad_folder):
+    with open(bad_folder / "train_gpt.py", "a") as handle:
+        handle.write("# edited after the runs\n")
+    problems = problems_of(bad_folder)
+    assert any("train_seed1337.log: code_sha256" in p and "another version of the script" in p for p in problems)
+
+
+def test_check_configs_differ_between_seeds(bad_folder):
+    edit_after_source(bad_folder / "train_seed42.log",
+                      lambda text: text.replace("config:matrix_lr=0.025", "config:matrix_lr=0.03"))
+    problems = problems_of(bad_folder)
+    assert any(p.startswith("config differs between seeds: matrix_lr:") for p in problems)
+
+
+def test_check_seed_over_the_size_cap(bad_folder):
+    def inflate(text):
+        text = re.sub(r"Total submission size int6\+lzma: \d+ bytes",
+                      "Total submission size int6+lzma: 16000001 bytes", text)
+        return re.sub(r"total_bytes:\d+", "total_bytes:16000001", text)
+    edit_after_source(bad_folder / "train_seed42.log", inflate)
+    assert "train_seed42.log: total size 16000001 bytes is over the 16000000-byte cap by 1" in problems_of(bad_folder)
+
+
+def test_check_python_310_grammar(bad_folder):
+    with open(bad_folder / "train_gpt.py", "a") as handle:
+        handle.write("try:\n    pass\nexcept* ValueError:\n    pass\n")
+    problems = problems_of(bad_folder)
+    assert any("does not parse with the Python 3.10 grammar" in p for p in problems)
+
+
+def test_check_real_python_310_compile(bad_folder):
+    python310 = find_python310()
+    if python310 is None:
+        pytest.skip("no python3.10 on this machine")
+    with open(bad_folder / "train_gpt.py", "a") as handle:
+        handle.write("pieces = {}\nvalue = pieces[*(1, 2)]\n")  # 3.11 syntax that ast's feature_version lets through
+    problems = problems_of(bad_folder, python310=python310)
+    assert any("python3.10 py_compile fails" in p for p in problems)
+    assert not any("does not parse with the Python 3.10 grammar" in p for p in problems)
+
+
+def test_check_import_side_effects(tmp_path):
+    script = tmp_path / "train_gpt.py"
+    script.write_text("import socket\nopen('side_effect.txt', 'w').write('x')\n"
+                      "try:\n    socket.create_connection(('example.com', 80), timeout=1)\nexcept OSError:\n    pass\n")
+    problems = import_problems(script)
+    assert any("import created files: side_effect.txt" in p for p in problems)
+    assert any("tried to open network connections" in p for p in problems)
+    script.write_text("raise RuntimeError('needs a GPU at import')\n")
+    assert import_problems(script) == ["train_gpt.py: import failed: RuntimeError: needs a GPU at import"]
+    script.write_text("import os\nVALUE = 1\n")
+    assert import_problems(script) == []
+
+
+def test_check_misnamed_logs(bad_folder):
+    (bad_folder / "train_seed42.log").rename(bad_folder / "train_seed43.log")
+    shutil.copyfile(bad_folder / "train_seed1337.log", bad_folder / "train.log")
+    problems = problems_of(bad_folder)
+    assert "train_seed43.log: misnamed log: it ran seed 42 (name it train_seed42.log)" in problems
+    assert "train.log: misnamed log: a train log must be named train_seed<N>.log" in problems
+
+
+def test_check_log_without_headline_line(bad_folder):
+    edit_after_source(bad_folder / "train_seed42.log",
+                      lambda text: re.sub(r"(?m)^legal_ttt(_exact)? .*\n", "", text))
+    problems = problems_of(bad_folder)
+    assert "train_seed42.log: no legal_ttt_exact line (the headline score): the run did not finish its evaluation" \
+        in problems
+
+
+def test_check_submission_val_bpb_is_not_the_headline(bad_folder):
+    path = bad_folder / "submission.json"
+    submission = json.loads(path.read_text())
+    submission["val_bpb"] = submission["pre_ttt_val_bpb"]  # the pre-TTT score instead of the headline
+    path.write_text(json.dumps(submission))
+    problems = problems_of(bad_folder)
+    assert any(p.startswith("submission.json: val_bpb") and "is not the headline" in p for p in problems)
+    submission["metric"] = "final_int6_sliding_window_exact"  # declaring the pre-TTT score does not help
+    path.write_text(json.dumps(submission))
+    problems = problems_of(bad_folder)
+    assert "submission.json metric is final_int6_sliding_window_exact but the logs ran TTT: the headline is " \
+           "legal_ttt_exact" in problems
+    assert any(p.startswith("submission.json: val_bpb") and "is not the headline" in p for p in problems)
+
+
+def test_check_folder_name(good_folder, tmp_path):
+    copy = tmp_path / "Tiny_CPU_smoke"
+    shutil.copytree(good_folder, copy)
+    problems = problems_of(copy)
+    assert problems == ["folder name 'Tiny_CPU_smoke' is not <YYYY-MM-DD>_<Name>"]
+
+
+def test_check_command_line_prints_one_line_per_problem(bad_folder):
+    (bad_folder / "README.md").unlink()
+    (bad_folder / "train_seed42.log").rename(bad_folder / "train_seed7.log")
+    result = subprocess.run([sys.executable, "-m", "records.make", "check", "--skip-import-check", str(bad_folder)],
+                            cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == ["missing required file README.md",
+                                          "train_seed7.log: misnamed log: it ran seed 42 (name it train_seed42.log)"]
