@@ -18,6 +18,8 @@ import dataclasses
 import difflib
 import glob
 import hashlib
+import io
+import lzma
 import math
 import os
 import queue
@@ -113,6 +115,21 @@ class Hyperparameters:
     swa_every: int = 50
     qat_enabled: bool = False
     late_qat_threshold: float = 0.15
+    # End of run (SPEC §7-§8): artifact, sliding-window eval, legal score-first TTT
+    eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
+    eval_batch_seqs: int = 32  # windows per forward in sliding and TTT scoring
+    control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
+                                         "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
+                                         "attn_gate,vr_lambda")  # large float tensors matching one stay fp32
+    artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
+    ttt_enabled: bool = True
+    ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
+    ttt_epochs: int = 3  # passes over each already-scored chunk
+    ttt_chunk_tokens: int = 32768  # targets per TTT chunk
+    ttt_freeze_blocks: int = 0  # blocks 0..k-1 are not adapted (their own tensors and their bank rows)
+    ttt_momentum: float = 0.9
+    ttt_batch_seqs: int = 32  # sequences per TTT training step (per rank)
+    ttt_grad_clip: float = 1.0  # max global norm of the all-reduced TTT gradients
     # Data path (SPEC §10): background batch producers, pinned memory, side-stream H2D copies
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
@@ -187,7 +204,7 @@ class Hyperparameters:
             errors.append("WARMUP_STEPS and ITERATIONS must be >= 0")
         if self.training_timing_every <= 0:
             errors.append("TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)
-        errors += loader_config_errors(self)
+        errors += loader_config_errors(self) + eval_config_errors(self)
         if errors:
             raise ConfigError(errors)
 
@@ -1361,7 +1378,584 @@ def log_val_progress(h: Hyperparameters, dist_info: DistInfo, logger: Optional["
                % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(), int(sums[1].item())))
 
 
-# ==== 8. TRAINING ====
+# ==== 8. ARTIFACT AND FINAL EVALUATION ====
+ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
+RAW_MODEL_FILENAME = "final_model.pt"
+ARTIFACT_FILENAME = "final_model.int6.ptz"
+LZMA_PRESET = 6
+PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
+INT6_CATEGORIES = ("mlp", "attn")
+INT6_MAX = 31  # symmetric grid [-31, 31]
+INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
+INT8_MAX = 127
+INT8_CLIP_QUANTILE = 0.9999984
+RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
+TTT_LOG_EVERY_CHUNKS = 10
+# Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
+BANK_LAYOUT = {
+    "qo_bank": ("attn.c_q.weight", "attn.proj.weight"),
+    "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
+    "mlp_up_bank": ("mlp.fc.weight",),
+    "mlp_down_bank": ("mlp.proj.weight",),
+}
+
+
+class ArtifactTooLargeError(RuntimeError):
+    """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
+
+
+def control_tensor_patterns(h) -> tuple:
+    return tuple(part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip())
+
+
+def eval_config_errors(h) -> list:
+    """Errors of this section's fields; the core's validate() raises them together with its own (which already
+    checks EMA_DECAY and SWA_EVERY)."""
+    errors = []
+    length = h.effective_eval_seq_len
+    if not 0 < h.eval_stride <= length:
+        errors.append(f"EVAL_STRIDE={h.eval_stride} must be in [1, {length}] (the eval window length)")
+    for name in ("eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs", "ttt_epochs"):
+        if getattr(h, name) < 1:
+            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
+    if h.ttt_enabled and h.ttt_chunk_tokens < length:
+        errors.append(f"TTT_CHUNK_TOKENS={h.ttt_chunk_tokens} must be >= the eval window length {length}: "
+                      "a shorter chunk holds no training sequence")
+    if not 0 <= h.ttt_freeze_blocks <= h.num_layers:
+        errors.append(f"TTT_FREEZE_BLOCKS={h.ttt_freeze_blocks} must be in [0, NUM_LAYERS={h.num_layers}]")
+    if not h.ttt_lr > 0.0:
+        errors.append(f"TTT_LR={h.ttt_lr} must be > 0")
+    if not 0.0 <= h.ttt_momentum < 1.0:
+        errors.append(f"TTT_MOMENTUM={h.ttt_momentum} must be in [0, 1)")
+    if not h.ttt_grad_clip > 0.0:
+        errors.append(f"TTT_GRAD_CLIP={h.ttt_grad_clip} must be > 0")
+    patterns = h.control_tensor_name_patterns
+    if patterns and any(not part.strip() for part in patterns.split(",")):
+        errors.append(f"CONTROL_TENSOR_NAME_PATTERNS={h.control_tensor_name_patterns!r} has an empty entry")
+    return errors
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+def rank_range(count: int, dist_info) -> tuple:
+    """This rank's contiguous share [count*r/W, count*(r+1)/W) of `count` items."""
+    return (count * dist_info.rank // dist_info.world_size, count * (dist_info.rank + 1) // dist_info.world_size)
+
+
+# ---- weight averages (SPEC §6) ----
+
+def apply_weight_average(h, logger, model: nn.Module, averages) -> str:
+    """Loads the end-of-run average from the core's WeightAverages into `model` (strict, each tensor cast to its
+    own dtype) and returns which one: "swa", "ema", or "raw" (EMA_ENABLED=0 and no SWA: trained weights kept).
+
+    EMA by default (the record). With SWA_ENABLED and at least one snapshot, the mean of the SWA snapshots (the
+    trained weights every SWA_EVERY steps once the LR scale is < 0.2) replaces the EMA; the record computed
+    that sum and dropped it.
+    """
+    if averages.swa_enabled and averages.swa_count == 0:
+        logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
+    if averages.swa_enabled and averages.swa_count > 0:
+        source, kind = {k: t / averages.swa_count for k, t in averages.swa_sum.items()}, "swa"
+        logger.log(f"swa:applying SWA weights snapshots:{averages.swa_count}")
+    elif averages.ema is not None:
+        source, kind = averages.ema, "ema"
+        logger.log("ema:applying EMA weights")
+    else:
+        logger.log("ema:disabled keeping the trained weights")
+        return "raw"
+    current = model.state_dict()
+    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in current.items()}, strict=True)
+    return kind
+
+
+# ---- banks and quantization (SPEC §7) ----
+
+def unbank_state_dict(state: dict) -> dict:
+    """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
+    flat = {}
+    for name, tensor in state.items():
+        parts = BANK_LAYOUT.get(name)
+        if parts is None:
+            flat[name] = tensor
+            continue
+        num_layers = tensor.shape[0] // len(parts)
+        for part_index, part_name in enumerate(parts):
+            for layer in range(num_layers):
+                flat[f"blocks.{layer}.{part_name}"] = tensor[part_index * num_layers + layer]
+    return flat
+
+
+def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
+    """Inverse of unbank_state_dict, with the keys (and key order) of `banked_template`."""
+    state = {}
+    for name, like in banked_template.items():
+        parts = BANK_LAYOUT.get(name)
+        if parts is None:
+            state[name] = flat[name]
+            continue
+        num_layers = like.shape[0] // len(parts)
+        state[name] = torch.stack([flat[f"blocks.{layer}.{part_name}"]
+                                   for part_name in parts for layer in range(num_layers)])
+    return state
+
+
+def tensor_category(name: str) -> str:
+    if "tok_emb" in name or "lm_head" in name:
+        return "embed"
+    if ".mlp." in name:
+        return "mlp"
+    if ".attn." in name or ".proj." in name:
+        return "attn"
+    return "other"
+
+
+def quantization_kind(name: str, tensor: Tensor, control_patterns: tuple) -> str:
+    """SPEC §7.4 rules, in order. Small floats go fp16 before the control check, as in the record, so control
+    tensors (all small here) end up fp16 too; the fp32 rule only catches large control tensors."""
+    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
+        return "passthrough"
+    if any(pattern in name for pattern in control_patterns):
+        return "passthrough_ctrl"
+    return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
+
+
+def _as_rows(tensor: Tensor) -> Tensor:
+    """fp32 view as rows: a matrix keeps its rows, any other shape is a single row (one scale)."""
+    values = tensor.detach().float()
+    return values if values.ndim == 2 else values.reshape(1, -1)
+
+
+def quantize_int6_rows(weight: Tensor) -> tuple:
+    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale).
+
+    Per candidate quantile p: clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is
+    computed from that fp16 scale so q*scale is exactly what dequantizes. The first candidate with strictly
+    lower whole-tensor MSE wins. A non-matrix is one row (SPEC: amax/31; no such tensor is int6 in this model).
+    """
+    rows = _as_rows(weight)
+    levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
+    clips = torch.quantile(rows.abs(), levels, dim=1)  # (candidates, rows), linear interpolation
+    best_error, best_q, best_scale = None, None, None
+    for clip in clips:
+        scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
+        scale_column = scale.float()[:, None]
+        q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
+        error = (rows - q * scale_column).square().mean()
+        if best_error is None or error < best_error:
+            best_error, best_q, best_scale = error, q, scale
+    return best_q.to(torch.int8).reshape(weight.shape), best_scale
+
+
+def quantize_int8_rows(weight: Tensor) -> tuple:
+    """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
+    rows = _as_rows(weight)
+    clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
+    scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
+    clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
+    q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
+    return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
+
+
+def quantize_state_dict(flat_state: dict, control_patterns: tuple) -> tuple:
+    """-> (tensors, meta) on CPU. Every stored tensor is a fresh copy: saving a view of a bank row would make
+    torch.save write the whole bank storage."""
+    tensors, meta = {}, {}
+    for name, tensor in flat_state.items():
+        kind = quantization_kind(name, tensor, control_patterns)
+        if kind == "passthrough":
+            dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
+            tensors[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+            meta[name] = kind
+        elif kind == "passthrough_ctrl":
+            tensors[name] = tensor.detach().to(device="cpu", dtype=torch.float32, copy=True)
+            meta[name] = kind
+        else:
+            q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+            tensors[name + ".q"] = q.cpu()
+            tensors[name + ".scale"] = scale.cpu()
+            meta[name] = {"type": kind}
+    return tensors, meta
+
+
+def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
+    """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
+    if set(meta) != set(template):
+        raise ValueError(f"artifact tensors differ from the model: missing {sorted(set(template) - set(meta))} "
+                         f"unexpected {sorted(set(meta) - set(template))}")
+    flat = {}
+    for name, like in template.items():
+        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
+        if tuple(stored.shape) != tuple(like.shape):
+            raise ValueError(f"artifact tensor {name} has shape {tuple(stored.shape)}, model has {tuple(like.shape)}")
+        if isinstance(meta[name], dict):
+            scale = tensors[name + ".scale"].float()
+            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
+        flat[name] = stored.to(like.dtype)
+    return flat
+
+
+def serialize_artifact(tensors: dict, meta: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"w": tensors, "m": meta}, buffer)
+    return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
+
+
+def deserialize_artifact(blob: bytes) -> tuple:
+    """-> (tensors, meta). weights_only=True: the unpickler builds only tensors and plain containers, so a
+    crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked."""
+    payload = torch.load(io.BytesIO(lzma.decompress(blob)), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
+        raise ValueError("artifact: expected a dict with exactly the keys 'w' and 'm'")
+    tensors, meta = payload["w"], payload["m"]
+    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
+        raise ValueError("artifact: 'w' must map names to tensors")
+    if not isinstance(meta, dict):
+        raise ValueError("artifact: 'm' must be a dict")
+    for name, kind in meta.items():
+        if kind in ("passthrough", "passthrough_ctrl"):
+            needed = (name,)
+        elif kind in ({"type": "int6"}, {"type": "int8"}):
+            needed = (name + ".q", name + ".scale")
+        else:
+            raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
+        if not all(key in tensors for key in needed):
+            raise ValueError(f"artifact: missing tensors {needed} for {name}")
+    return tensors, meta
+
+
+def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
+    """Logs SPEC §9 line 21 and the byte budget; over the limit is an error line, and an exception when strict."""
+    total_bytes = artifact_bytes + code_bytes
+    logger.log(f"Serialized model: {raw_model_bytes} bytes")
+    logger.log(f"Code size: {code_bytes} bytes")
+    logger.log(f"Serialized model int6+lzma: {artifact_bytes} bytes")
+    logger.log(f"Total submission size int6+lzma: {total_bytes} bytes")
+    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} "
+               f"total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES}")
+    if total_bytes > ARTIFACT_LIMIT_BYTES:
+        message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
+                   f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
+        logger.log(message)
+        if h.artifact_limit_strict:
+            raise ArtifactTooLargeError(message)
+    return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
+            "total_bytes": total_bytes}
+
+
+def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str) -> dict:
+    """Rank 0 writes final_model.pt and the int6+lzma artifact; after a barrier every rank accounts the bytes
+    from the file sizes, so a strict-limit failure raises on all ranks alike."""
+    raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
+    artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
+    if dist_info.is_main:
+        state = model.state_dict()
+        torch.save(state, raw_path)
+        started = time.perf_counter()
+        tensors, meta = quantize_state_dict(unbank_state_dict(state), control_tensor_patterns(h))
+        blob = serialize_artifact(tensors, meta)
+        with open(artifact_path, "wb") as handle:
+            handle.write(blob)
+        logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
+    barrier(dist_info)
+    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),
+                                    code_bytes)
+
+
+def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
+    """Reads the artifact into a fresh model from make_model() (the core's dtype recipe), loaded strictly."""
+    with open(artifact_path, "rb") as handle:
+        tensors, meta = deserialize_artifact(handle.read())
+    model = make_model()
+    template = model.state_dict()
+    flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
+    model.load_state_dict(rebank_state_dict(flat, template), strict=True)
+    model.eval()
+    return model
+
+
+# ---- sliding-window scoring (SPEC §8, §0: every target exactly once) ----
+
+def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Tensor:
+    """Window 0 scores targets [0, window_len); window ws > 0 scores [ws+window_len-stride, ws+window_len), so the
+    runs tile [0, num_targets) once. Starts whose run would begin past the end are not made (the record's 31
+    tail windows re-scored its last 64 targets)."""
+    later_windows = max(0, ceil_div(num_targets - window_len, stride))
+    return torch.arange(later_windows + 1, dtype=torch.int64) * stride
+
+
+def window_first_scored(window_starts: Tensor, window_len: int, stride: int) -> Tensor:
+    """Global index of each window's first scored target."""
+    return torch.where(window_starts == 0, 0, window_starts + window_len - stride)
+
+
+def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stride: int) -> tuple:
+    """-> x, y (B, seq_len) int64 and score_mask (B, seq_len) bool, on tokens' device.
+
+    tokens holds num_targets + 1 ids (target j is tokens[j + 1]). Positions past the end are zero-padded and
+    unscored; causal attention keeps them from touching scored positions. A start >= num_targets is an empty
+    padding window (all unscored), which keeps batch shapes fixed.
+    """
+    num_targets = tokens.numel() - 1
+    positions = window_starts[:, None] + torch.arange(seq_len, device=tokens.device)
+    inside = positions < num_targets
+    safe = positions.clamp_max(num_targets - 1)
+    x = torch.where(inside, tokens[safe].long(), 0)
+    y = torch.where(inside, tokens[safe + 1].long(), 0)
+    score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
+    return x, y, score_mask
+
+
+@dataclass
+class ScoreSums:
+    """fp64 sums of one eval on the device; added to without host syncs."""
+    nll_sum: Tensor
+    target_count: Tensor
+    byte_count: Tensor
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> "ScoreSums":
+        return cls(*(torch.zeros((), dtype=torch.float64, device=device) for _ in range(3)))
+
+    def loss_and_bpb(self, dist_info) -> tuple:
+        """(val_loss, val_bpb) over all ranks; a collective, so every rank calls it at the same points."""
+        totals = torch.stack([self.nll_sum, self.target_count, self.byte_count])
+        all_reduce_(totals, dist_info, op="sum")
+        return bits_per_byte(*totals.tolist())
+
+
+def device_tokens(validation_data, device: torch.device) -> Tensor:
+    """The validation tokens as one int32 tensor on the device: scoring batches are gathered from it in place,
+    so sliding and TTT need no per-batch host work or host->device copies (~4 bytes/token of device memory)."""
+    return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
+
+
+def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
+    """The scoring forward (ids -> hidden states), compiled once per model under TORCH_COMPILE: every call has
+    the shape (eval_batch_seqs, window length), so neither sliding nor TTT scoring recompiles (SPEC §11.12)."""
+    if h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda):
+        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
+    return model.forward_hidden
+
+
+def score_windows(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+                  window_starts: Tensor, window_len: int, stride: int, sums: ScoreSums,
+                  recorder: Optional[Callable] = None, tag: int = -1) -> None:
+    """Adds the scored targets of `window_starts` (CPU, this rank's) to `sums`. Call under inference_mode.
+
+    Only scored positions reach the output projection: window 0 scores all of its positions, any other window
+    at most its last `stride`, so a batch without window 0 projects just hidden[:, -stride:].
+    recorder("score", tag, target indices, their nll) is instrumentation for tests.
+    """
+    batch_seqs = h.eval_batch_seqs
+    num_targets = tokens.numel() - 1
+    padding = -window_starts.numel() % batch_seqs
+    device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
+    for begin in range(0, window_starts.numel(), batch_seqs):
+        first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
+        batch_starts = device_starts[begin:begin + batch_seqs]
+        x, y, score_mask = build_window_batch(tokens, batch_starts, window_len, stride)
+        with autocast_context(dist_info):
+            hidden = hidden_forward(x)
+            logits = model.logits_from_hidden(hidden[:, first_position:])
+        x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        sums.nll_sum += torch.where(score_mask, nll.double(), 0.0).sum()
+        sums.target_count += score_mask.sum()
+        sums.byte_count += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+        if recorder is not None:
+            positions = batch_starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
+            recorder("score", tag, positions[score_mask].cpu(), nll[score_mask].cpu())
+
+
+def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+                        stride: int, window_len: Optional[int] = None, recorder: Optional[Callable] = None) -> tuple:
+    """Sliding-window (val_loss, val_bpb) of `model` over `tokens` (from device_tokens); windows of window_len
+    (default: the eval length) split by rank in contiguous ranges. With stride == window_len this is the plain
+    eval (non-overlapping sequences, every position scored)."""
+    window_len = window_len or h.effective_eval_seq_len
+    starts = sliding_window_starts(tokens.numel() - 1, window_len, stride)
+    begin, end = rank_range(starts.numel(), dist_info)
+    sums = ScoreSums.zeros(dist_info.device)
+    model.eval()
+    with torch.inference_mode():
+        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], window_len, stride,
+                      sums, recorder)
+    return sums.loss_and_bpb(dist_info)
+
+
+def plain_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
+    """SPEC §8 plain eval (non-overlapping TRAIN_SEQ_LEN sequences) through the scoring forward, so the post-average
+    and round-trip evals share its single compile with the sliding and TTT evals (equal to the core's
+    plain_eval up to fp summation order)."""
+    return sliding_window_eval(h, dist_info, model, hidden_forward, tokens, tables, h.train_seq_len,
+                               h.train_seq_len)
+
+
+# ---- legal score-first TTT (SPEC §8) ----
+
+def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
+                             chunk_tokens: int) -> list:
+    """Window starts per chunk, by the chunk of the window's first scored target (the last chunk takes any
+    overflow). A target is scored in its own chunk or an earlier one, never after its chunk was trained on."""
+    num_chunks = ceil_div(num_targets, chunk_tokens)
+    chunk_of_window = (window_first_scored(window_starts, window_len, stride) // chunk_tokens).clamp_max(num_chunks - 1)
+    return list(torch.split(window_starts, torch.bincount(chunk_of_window, minlength=num_chunks).tolist()))
+
+
+def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
+    """-> (trainable params, {param index: frozen bank rows}, frozen element count).
+
+    Blocks 0..k-1 are frozen whole: their own tensors by requires_grad, their rows of the shared banks by
+    zeroing those gradient rows after the all-reduce (SGD without weight decay then never moves them, momentum
+    included). The record froze only the per-block gains (SPEC §11.7).
+    """
+    frozen_names = tuple(f"blocks.{layer}." for layer in range(freeze_blocks))
+    trainable, frozen_bank_rows, frozen_count = [], {}, 0
+    for name, param in model.named_parameters():
+        if any(prefix in name for prefix in frozen_names):
+            param.requires_grad_(False)
+            frozen_count += param.numel()
+            continue
+        parts = BANK_LAYOUT.get(name)
+        if parts is not None and freeze_blocks > 0:
+            num_layers = param.shape[0] // len(parts)
+            rows = [part * num_layers + layer for part in range(len(parts)) for layer in range(freeze_blocks)]
+            frozen_bank_rows[len(trainable)] = torch.tensor(rows, device=param.device)
+            frozen_count += len(rows) * param[0].numel()
+        param.grad = torch.zeros_like(param)  # ranks without a sequence still all-reduce a (zero) gradient
+        trainable.append(param)
+    return trainable, frozen_bank_rows, frozen_count
+
+
+def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, frozen_bank_rows: dict,
+                   tokens: Tensor, chunk_begin: int, chunk_end: int, recorder: Optional[Callable],
+                   chunk_index: int) -> None:
+    """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end) only, all already
+    scored). Every rank takes the same number of steps, so the per-tensor AVG all-reduces always pair up."""
+    seq_len = h.effective_eval_seq_len
+    num_sequences = (chunk_end - chunk_begin) // seq_len
+    first_sequence, end_sequence = rank_range(num_sequences, dist_info)
+    steps_per_epoch = ceil_div(ceil_div(num_sequences, dist_info.world_size), h.ttt_batch_seqs)
+    model.train()
+    for _ in range(h.ttt_epochs):
+        for step in range(steps_per_epoch):
+            optimizer.zero_grad(set_to_none=False)
+            begin = first_sequence + step * h.ttt_batch_seqs
+            end = min(begin + h.ttt_batch_seqs, end_sequence)
+            if end > begin:
+                target_begin, target_end = chunk_begin + begin * seq_len, chunk_begin + end * seq_len
+                span = tokens[target_begin:target_end + 1].long()
+                with autocast_context(dist_info):
+                    loss = model(span[:-1].view(-1, seq_len), span[1:].view(-1, seq_len))
+                loss.backward()
+                if recorder is not None:
+                    recorder("train", chunk_index, torch.arange(target_begin, target_end))
+            for param in trainable:
+                all_reduce_(param.grad, dist_info, op="avg")
+            for index, rows in frozen_bank_rows.items():
+                trainable[index].grad.index_fill_(0, rows, 0.0)
+            torch.nn.utils.clip_grad_norm_(trainable, h.ttt_grad_clip)  # on the reduced grads (SPEC §11.10)
+            optimizer.step()
+    model.eval()
+
+
+def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+             recorder: Optional[Callable] = None) -> tuple:
+    """Legal score-first TTT: for each chunk, score its windows under inference_mode with the current weights,
+    then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
+    started = time.perf_counter()
+    window_len, stride = h.effective_eval_seq_len, h.eval_stride
+    num_targets = tokens.numel() - 1
+    starts = sliding_window_starts(num_targets, window_len, stride)
+    chunks = assign_windows_to_chunks(starts, window_len, stride, num_targets, h.ttt_chunk_tokens)
+    logger.log(f"ttt_sliding:start chunks={len(chunks)} chunk_tokens={h.ttt_chunk_tokens} "
+               f"total_windows={starts.numel()} stride={stride} ttt_lr={h.ttt_lr} ttt_epochs={h.ttt_epochs} "
+               f"freeze_blocks={h.ttt_freeze_blocks}")
+    trainable, frozen_bank_rows, frozen_count = prepare_ttt_parameters(model, h.ttt_freeze_blocks)
+    total_count = sum(param.numel() for param in model.parameters())
+    logger.log(f"ttt_sliding:params unfrozen={total_count - frozen_count} frozen={frozen_count}")
+    optimizer = torch.optim.SGD(trainable, lr=h.ttt_lr, momentum=h.ttt_momentum)
+    sums = ScoreSums.zeros(dist_info.device)
+    last_chunk = len(chunks) - 1
+    model.eval()
+    for chunk_index, chunk_starts in enumerate(chunks):
+        begin, end = rank_range(chunk_starts.numel(), dist_info)
+        with torch.inference_mode():
+            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end],
+                          window_len, stride, sums, recorder, chunk_index)
+        if chunk_index < last_chunk:
+            chunk_begin = chunk_index * h.ttt_chunk_tokens
+            lr = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
+                           min(chunk_begin + h.ttt_chunk_tokens, num_targets), recorder, chunk_index)
+        if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
+            # Running bpb over all ranks (the record printed rank 0's share, which can be empty early on).
+            running_bpb = sums.loss_and_bpb(dist_info)[1]
+            logger.log(f"  ttt_chunk [{chunk_index + 1}/{len(chunks)}] bpb={running_bpb:.6f} "
+                       f"time={time.perf_counter() - started:.1f}s")
+    for param in model.parameters():
+        param.requires_grad_(True)
+        param.grad = None
+    val_loss, val_bpb = sums.loss_and_bpb(dist_info)
+    logger.log(f"ttt_sliding:done val_loss={val_loss:.6f} val_bpb={val_bpb:.6f} "
+               f"elapsed={time.perf_counter() - started:.1f}s")
+    return val_loss, val_bpb
+
+
+# ---- orchestration ----
+
+def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "") -> tuple:
+    """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`."""
+    sync_device(dist_info)
+    started = time.perf_counter()
+    val_loss, val_bpb = evaluate()
+    sync_device(dist_info)
+    elapsed_ms = 1000.0 * (time.perf_counter() - started)
+    logger.log(f"{label} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} {extra}eval_time:{elapsed_ms:.0f}ms")
+    if exact:
+        logger.log(f"{label}_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    return val_loss, val_bpb
+
+
+def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, validation_data, code_bytes: int,
+                         make_model: Callable, output_dir: str = ".") -> dict:
+    """SPEC §9 lines 19-24: average -> post-average eval -> artifact + bytes -> round-trip eval of the reloaded
+    artifact -> sliding eval -> legal TTT. Every score after the artifact is of the round-tripped model.
+    `model` is the uncompiled trained model; make_model() builds a fresh one (dtype recipe, attention backend).
+    All evals run through one compiled scoring forward: a new model instance of the same recipe reuses the
+    compiled code, so only the first eval pays the compile."""
+    tokens, tables = device_tokens(validation_data, dist_info.device), validation_data.tables
+    results = {"average": apply_weight_average(h, logger, model, averages)}
+    trained_forward = make_hidden_forward(h, dist_info, model)
+    results["post_average"] = timed_eval(
+        dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
+        evaluate=lambda: plain_window_eval(h, dist_info, model, trained_forward, tokens, tables))
+    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
+    eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
+    eval_forward = make_hidden_forward(h, dist_info, eval_model)
+    results["roundtrip"] = timed_eval(
+        dist_info, logger, "final_int6_roundtrip", exact=True,
+        evaluate=lambda: plain_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables))
+    strides = [h.eval_stride]
+    if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
+        strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score
+    for stride in strides:
+        label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
+        results[label] = timed_eval(
+            dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
+            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables, stride))
+    if h.ttt_enabled:
+        results["legal_ttt"] = timed_eval(
+            dist_info, logger, "legal_ttt", exact=True,
+            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, tables))
+    return results
+
+
+# ==== 9. TRAINING ====
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
     """Choose the attention kernel once: FA3 on Hopper when importable, else the fastest SDPA backend that passes
     a fwd+bwd probe (cuDNN first on Hopper: 2.48 vs 3.84 ms for flash at the record's shapes on H100).
@@ -1610,7 +2204,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     return averages
 
 
-# ==== 9. MAIN ====
+# ==== 10. MAIN ====
 def load_tokenizer(h: Hyperparameters):
     import sentencepiece as spm
 
@@ -1663,10 +2257,17 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
         return make_train_loader(h, dist_info, logger)
 
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
-    train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
+    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
+
+    def make_model():
+        fresh = build_model(h, dist_info.device)
+        fresh.set_attention_backend(backend)
+        return fresh
+
+    run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model)
 
 
 def main() -> int:
