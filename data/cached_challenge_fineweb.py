@@ -1,0 +1,493 @@
+#!/usr/bin/env python3
+"""Download the challenge's pre-tokenized FineWeb shards and tokenizer from the Hugging Face hub.
+
+  python3 data/cached_challenge_fineweb.py --variant sp1024 --train-shards 80
+  python3 data/cached_challenge_fineweb.py 10            # positional count overrides --train-shards
+
+Source: dataset repo MATCHED_FINEWEB_REPO_ID (default willdepueoai/parameter-golf), under the remote
+root MATCHED_FINEWEB_REMOTE_ROOT_PREFIX (default `datasets`); HF_ENDPOINT picks another hub or mirror.
+The remote root is stripped locally: `<root>/datasets/...` -> data/datasets/..., `<root>/tokenizers/...`
+-> data/tokenizers/..., `<root>/manifest.json` -> data/manifest.json.
+
+Manifest driven: the `datasets[]` entry named fineweb10B_<variant> gives the shard counts
+(stats.files_val, stats.files_train) and tokenizer_name; the `tokenizers[]` entry of that name lists the
+tokenizer files (model_path, vocab_path, path). Order: manifest, val shards, train shards, tokenizer.
+
+Each file is fetched into the hub cache with hf_hub_download, hard-linked (or copied) to a temp name
+next to its destination, verified, and renamed into place, so a destination file is always complete.
+Shards are verified by header and size, and by token count (and sha256) when the manifest has per-shard
+entries; a file already present is skipped only if it passes the same checks. Re-running the command
+after an interruption downloads only what is missing or invalid.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as `python3 data/cached_challenge_fineweb.py`: import the `data` package from the repo root,
+    # and drop data/ itself from the path so its datasets/ and tokenizers/ never shadow real packages.
+    _SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _SCRIPT_DIR]
+    sys.path.insert(0, os.path.dirname(_SCRIPT_DIR))
+
+from data.fileio import atomic_write_bytes, sha256_file, stale_temporaries, temporary_path_for
+from data.shards import ShardFormatError, shard_name, verify_shard
+
+DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
+DEFAULT_REMOTE_ROOT = "datasets"
+DEFAULT_VARIANT = "sp1024"
+DEFAULT_TRAIN_SHARDS = 80
+DATA_DIR = Path(__file__).resolve().parent
+MANIFEST_NAME = "manifest.json"
+DOCS_FILES = ("docs_selected.jsonl", "docs_selected.source_manifest.json")
+VARIANT_PATTERN = re.compile(r"sp\d+|byte260")
+TOKENIZER_ARTIFACT_KEYS = ("model_path", "vocab_path", "path")
+OFFLINE_HINT = (
+    "Check the internet connection or proxy (HTTPS_PROXY), or set HF_ENDPOINT to a reachable hub mirror, "
+    "then re-run: finished files are kept. With no internet, build shards from the bundled sample instead: "
+    "python3 data/build_shards.py --sample"
+)
+
+
+class DownloadError(RuntimeError):
+    """A download that cannot go on: hub unreachable, file missing, manifest unusable, file corrupt."""
+
+
+class VerificationError(ValueError):
+    """A local or downloaded file does not match what the format and the manifest say it must be."""
+
+
+@dataclass(frozen=True)
+class HubSource:
+    repo_id: str = DEFAULT_REPO_ID
+    remote_root: str = DEFAULT_REMOTE_ROOT
+    endpoint: str | None = None  # None: huggingface_hub's default (HF_ENDPOINT, else huggingface.co)
+    cache_dir: Path | None = None  # None: the default hub cache (HF_HOME / HF_HUB_CACHE)
+
+    @classmethod
+    def from_environ(cls, environ) -> "HubSource":
+        return cls(
+            repo_id=environ.get("MATCHED_FINEWEB_REPO_ID") or DEFAULT_REPO_ID,
+            remote_root=environ.get("MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", DEFAULT_REMOTE_ROOT).strip("/"),
+        )
+
+    def remote_path(self, relative: str) -> str:
+        return "/".join(part for part in (self.remote_root, relative) if part)
+
+    def endpoint_name(self) -> str:
+        if self.endpoint:
+            return self.endpoint
+        from huggingface_hub import constants
+
+        return constants.ENDPOINT
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file to fetch: its path under the remote root, and what to verify it against."""
+
+    relative: str
+    kind: str  # "shard", "tokenizer_model" or "file"
+    expected_tokens: int | None = None
+    expected_bytes: int | None = None
+    expected_sha256: str | None = None
+
+
+class HubFetcher:
+    """Fetches one file of the dataset repo into the hub cache; turns hub errors into DownloadError."""
+
+    def __init__(self, source: HubSource):
+        self.source = source
+
+    def __call__(self, relative: str, force: bool = False) -> Path:
+        from huggingface_hub import errors, hf_hub_download
+
+        # Older huggingface_hub releases name the remote 404 EntryNotFoundError; LocalEntryNotFoundError
+        # subclasses it there, so it is caught first below.
+        remote_not_found = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)
+
+        remote = self.source.remote_path(relative)
+        folder, _, name = remote.rpartition("/")
+        where = f"{self.source.repo_id}/{remote} on {self.source.endpoint_name()}"
+        try:
+            return Path(
+                hf_hub_download(
+                    repo_id=self.source.repo_id,
+                    filename=name,
+                    subfolder=folder or None,
+                    repo_type="dataset",
+                    endpoint=self.source.endpoint,
+                    cache_dir=self.source.cache_dir,
+                    force_download=force,
+                )
+            )
+        except errors.LocalEntryNotFoundError as error:
+            if isinstance(error.__cause__, errors.OfflineModeIsEnabled):
+                raise DownloadError(
+                    f"cannot fetch {where}: HF_HUB_OFFLINE is set. Unset it, or: {OFFLINE_HINT}"
+                ) from error
+            cause = error.__cause__ or error
+            raise DownloadError(f"cannot reach the hub for {where} ({cause}). {OFFLINE_HINT}") from error
+        except errors.RepositoryNotFoundError as error:
+            raise DownloadError(
+                f"dataset repo {self.source.repo_id} not found (or private/gated) on {self.source.endpoint_name()}; "
+                "check MATCHED_FINEWEB_REPO_ID"
+            ) from error
+        except errors.RevisionNotFoundError as error:
+            raise DownloadError(f"revision not found for {where}") from error
+        except remote_not_found as error:
+            raise DownloadError(
+                f"{where}: no such file on the hub; check MATCHED_FINEWEB_REMOTE_ROOT_PREFIX "
+                f"(now {self.source.remote_root!r}) and the manifest"
+            ) from error
+        except errors.HfHubHTTPError as error:
+            raise DownloadError(f"{where}: hub error ({error}); re-run to retry, finished files are kept") from error
+        except OSError as error:
+            raise DownloadError(f"{where}: download failed ({error}); re-run to resume") from error
+        except Exception as error:  # network errors of the HTTP client surface as its own exception types
+            raise DownloadError(
+                f"{where}: download failed ({type(error).__name__}: {error}); re-run to resume"
+            ) from error
+
+
+def local_path(data_dir: Path, relative: str) -> Path:
+    """Where a file under the remote root lives locally: the same relative path under data_dir."""
+    parts = relative.split("/")
+    if not relative or relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise DownloadError(f"manifest path {relative!r} is not a plain relative path")
+    return Path(data_dir).joinpath(*parts)
+
+
+def parse_variant(variant: str) -> str:
+    if not VARIANT_PATTERN.fullmatch(variant):
+        raise DownloadError(f"unknown variant {variant!r}: expected sp<digits> (e.g. sp1024) or byte260")
+    return f"fineweb10B_{variant}"
+
+
+def load_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DownloadError(f"{path}: unreadable manifest ({error}); delete it and re-run to fetch it again") from error
+    if not isinstance(manifest, dict):
+        raise DownloadError(f"{path}: manifest is not a JSON object; delete it and re-run")
+    return manifest
+
+
+def _entry_named(entries, name: str, what: str, manifest_path: Path) -> dict:
+    entries = entries if isinstance(entries, list) else []
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry
+    names = sorted(str(entry.get("name")) for entry in entries if isinstance(entry, dict))
+    raise DownloadError(f"{manifest_path}: no {what} named {name!r} (available: {', '.join(names) or 'none'})")
+
+
+def _stat_int(stats: dict, key: str, manifest_path: Path, dataset: str) -> int:
+    value = stats.get(key)
+    if not isinstance(value, int) or value < 0:
+        raise DownloadError(f"{manifest_path}: dataset {dataset} has no valid stats.{key} (got {value!r})")
+    return value
+
+
+def _shard_expectations(entry: dict, files_val: int) -> dict:
+    """Per-shard expectations by file name: from a `shards` list when the manifest has one (our builder
+    writes it), else the val token total when there is a single val shard. The challenge's manifest may
+    have neither; then shards are checked by header and size only."""
+    expectations = {}
+    for shard in entry.get("shards") or []:
+        if isinstance(shard, dict) and isinstance(shard.get("name"), str):
+            expectations[shard["name"]] = shard
+    val_tokens = (entry.get("stats") or {}).get("tokens_val")
+    first_val = shard_name("val", 0)
+    if files_val == 1 and isinstance(val_tokens, int) and first_val not in expectations:
+        expectations[first_val] = {"tokens": val_tokens}
+    return expectations
+
+
+def plan_downloads(manifest: dict, manifest_path: Path, variant: str, train_shards: int, with_docs: bool) -> list:
+    dataset_name = parse_variant(variant)
+    entry = _entry_named(manifest.get("datasets"), dataset_name, "dataset", manifest_path)
+    stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
+    files_train = _stat_int(stats, "files_train", manifest_path, dataset_name)
+    files_val = _stat_int(stats, "files_val", manifest_path, dataset_name)
+    if train_shards > files_train:
+        raise DownloadError(f"{dataset_name} has only {files_train} train shards; asked for {train_shards}")
+    tokenizer = _entry_named(manifest.get("tokenizers"), entry.get("tokenizer_name"), "tokenizer", manifest_path)
+    artifacts = [tokenizer[key] for key in TOKENIZER_ARTIFACT_KEYS if isinstance(tokenizer.get(key), str)]
+    if not artifacts:
+        raise DownloadError(f"{manifest_path}: tokenizer {tokenizer.get('name')!r} lists no files")
+
+    expectations = _shard_expectations(entry, files_val)
+    names = [shard_name("val", i) for i in range(files_val)] + [shard_name("train", i) for i in range(train_shards)]
+    plan = []
+    for name in names:
+        expected = expectations.get(name, {})
+        plan.append(
+            PlannedFile(
+                f"datasets/{dataset_name}/{name}",
+                "shard",
+                expected.get("tokens"),
+                expected.get("bytes"),
+                expected.get("sha256"),
+            )
+        )
+    tokenizer_sha256 = tokenizer.get("sha256")
+    for artifact in artifacts:
+        is_model = artifact.endswith(".model")
+        plan.append(PlannedFile(artifact, "tokenizer_model" if is_model else "file", None, None,
+                                tokenizer_sha256 if is_model else None))
+    if with_docs:
+        plan.extend(PlannedFile(name, "file") for name in DOCS_FILES)
+    return plan
+
+
+def variant_vocab_size(variant: str) -> int:
+    return 260 if variant == "byte260" else int(variant[2:])
+
+
+def verify_file(path: Path, planned: PlannedFile, variant: str, label: str, thorough: bool):
+    """Raise VerificationError if `path` is not a valid copy of `planned`; return its token count (shards).
+
+    Always: size, shard header/size/token count, tokenizer loads with the variant's vocab size. With
+    `thorough` (fresh downloads) also: every token id < vocab size, and sha256 where the manifest has one.
+    Files already present get the cheap checks only, so re-runs over many GB stay fast.
+    """
+    tokens = None
+    if planned.kind == "shard":
+        vocab_size = variant_vocab_size(variant) if thorough else None
+        try:
+            tokens = verify_shard(path, planned.expected_tokens, vocab_size, label=label).num_tokens
+        except ShardFormatError as error:
+            raise VerificationError(str(error)) from error
+    elif planned.kind == "tokenizer_model":
+        _verify_tokenizer_model(path, variant, label)
+    size = path.stat().st_size
+    if planned.expected_bytes is not None and size != planned.expected_bytes:
+        raise VerificationError(f"{label}: {size} bytes, the manifest expects {planned.expected_bytes}")
+    if thorough and planned.expected_sha256 is not None and sha256_file(path) != planned.expected_sha256:
+        raise VerificationError(f"{label}: sha256 does not match the manifest")
+    return tokens
+
+
+def _verify_tokenizer_model(path: Path, variant: str, label: str) -> None:
+    import sentencepiece as spm
+
+    try:
+        processor = spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as error:
+        raise VerificationError(f"{label}: not a SentencePiece model ({error})") from error
+    if processor.vocab_size() != variant_vocab_size(variant):
+        raise VerificationError(
+            f"{label}: vocab size {processor.vocab_size()}, expected {variant_vocab_size(variant)} for {variant}"
+        )
+
+
+def place_verified(cached: Path, destination: Path, planned: PlannedFile, variant: str, label: str):
+    """Link (or copy) the cached blob to a temp name beside `destination`, verify it, rename it in."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    temporary = temporary_path_for(destination)
+    temporary.unlink(missing_ok=True)
+    try:
+        source = cached.resolve(strict=True)
+        try:
+            os.link(source, temporary)
+        except OSError:
+            shutil.copyfile(source, temporary)
+        tokens = verify_file(temporary, planned, variant, label, thorough=True)
+        os.replace(temporary, destination)
+        return tokens
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+class Downloader:
+    def __init__(self, source: HubSource, data_dir: Path, fetch=None, log=print):
+        self.source = source
+        self.data_dir = Path(data_dir)
+        self.fetch = fetch or HubFetcher(source)
+        self.log = log
+        self.counts = {"downloaded": 0, "present": 0, "replaced": 0}
+
+    def get_manifest(self, skip_download: bool) -> Path:
+        path = local_path(self.data_dir, MANIFEST_NAME)
+        if path.is_file():
+            self.log(f"manifest: using {path}")
+            return path
+        if skip_download:
+            raise DownloadError(f"{path} not found and --skip-manifest was given; run once without it")
+        cached = self.fetch(MANIFEST_NAME)
+        atomic_write_bytes(path, Path(cached).read_bytes())
+        self.log(f"manifest: fetched {self.source.remote_path(MANIFEST_NAME)}")
+        return path
+
+    def ensure(self, planned: PlannedFile, variant: str):
+        """Make sure one planned file is present and valid locally; returns its token count for shards."""
+        destination = local_path(self.data_dir, planned.relative)
+        label = self.source.remote_path(planned.relative)
+        if destination.is_file():
+            try:
+                tokens = verify_file(destination, planned, variant, str(destination), thorough=False)
+                self.counts["present"] += 1
+                return tokens
+            except VerificationError as error:
+                self.log(f"re-downloading, existing file is invalid: {error}")
+                self.counts["replaced"] += 1
+        # Temp files left by an interrupted earlier run are never resumed from; drop them.
+        for stale in stale_temporaries(destination):
+            stale.unlink(missing_ok=True)
+        try:
+            tokens = place_verified(self.fetch(planned.relative), destination, planned, variant, label)
+        except VerificationError as first_error:
+            # The cached blob itself may be damaged: fetch it once more, bypassing the cache.
+            self.log(f"verification failed ({first_error}); fetching again without the cache")
+            try:
+                tokens = place_verified(self.fetch(planned.relative, force=True), destination, planned, variant, label)
+            except VerificationError as error:
+                raise DownloadError(f"refusing corrupt download: {error}") from error
+        self.counts["downloaded"] += 1
+        self.log(f"fetched {label} -> {destination}")
+        return tokens
+
+
+@dataclass(frozen=True)
+class DownloadReport:
+    dataset_dir: Path
+    tokenizer_paths: tuple
+    tokens_val: int
+    tokens_train: int
+    shards_val: int
+    shards_train: int
+    shards_with_counts: int
+    counts: dict
+
+
+def download(
+    variant: str,
+    train_shards: int,
+    source: HubSource,
+    data_dir: Path = DATA_DIR,
+    skip_manifest: bool = False,
+    with_docs: bool = False,
+    fetch=None,
+    log=print,
+) -> DownloadReport:
+    if train_shards < 0:
+        raise DownloadError(f"train shards must be >= 0, got {train_shards}")
+    parse_variant(variant)
+    downloader = Downloader(source, data_dir, fetch, log)
+    manifest_path = downloader.get_manifest(skip_manifest)
+    plan = plan_downloads(load_manifest(manifest_path), manifest_path, variant, train_shards, with_docs)
+    tokens = {"val": 0, "train": 0}
+    shard_counts = {"val": 0, "train": 0}
+    with_counts = 0
+    for planned in plan:
+        count = downloader.ensure(planned, variant)
+        if planned.kind == "shard":
+            split = "val" if "/fineweb_val_" in planned.relative else "train"
+            tokens[split] += count
+            shard_counts[split] += 1
+            with_counts += planned.expected_tokens is not None
+    tokenizer_paths = tuple(
+        local_path(data_dir, planned.relative) for planned in plan if planned.kind != "shard"
+        and planned.relative not in DOCS_FILES
+    )
+    return DownloadReport(
+        dataset_dir=local_path(data_dir, f"datasets/{parse_variant(variant)}"),
+        tokenizer_paths=tokenizer_paths,
+        tokens_val=tokens["val"],
+        tokens_train=tokens["train"],
+        shards_val=shard_counts["val"],
+        shards_train=shard_counts["train"],
+        shards_with_counts=with_counts,
+        counts=dict(downloader.counts),
+    )
+
+
+def summary_lines(report: DownloadReport) -> list:
+    shards = report.shards_val + report.shards_train
+    if report.shards_with_counts == shards:
+        checks = "header, size and token count (manifest) checked for every shard"
+    elif report.shards_with_counts == 0:
+        checks = "header and size checked for every shard; the manifest has no per-shard token counts"
+    else:
+        checks = (
+            f"header and size checked for every shard; token count also checked for {report.shards_with_counts} "
+            f"of {shards} (the manifest has no per-shard counts for the rest)"
+        )
+    counts = report.counts
+    model = next((path for path in report.tokenizer_paths if path.suffix == ".model"), None)
+    lines = [
+        f"done: {counts['downloaded']} downloaded, {counts['present']} already present and valid, "
+        f"{counts['replaced']} invalid file(s) replaced",
+        f"  val    {report.shards_val} shard(s), {report.tokens_val:,} tokens",
+        f"  train  {report.shards_train} shard(s), {report.tokens_train:,} tokens",
+        f"  checks {checks}",
+        f"  data   {report.dataset_dir}",
+    ]
+    lines += [f"  tokenizer {path}" for path in report.tokenizer_paths]
+    if model is not None:
+        lines.append(f"  train with DATA_PATH={report.dataset_dir} TOKENIZER_PATH={model}")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Download challenge FineWeb shards and tokenizer from the Hugging Face hub (manifest driven, "
+        "resumable, verified). Env: MATCHED_FINEWEB_REPO_ID, MATCHED_FINEWEB_REMOTE_ROOT_PREFIX, HF_ENDPOINT.",
+    )
+    parser.add_argument(
+        "train_shards_positional", nargs="?", type=int, default=None, metavar="TRAIN_SHARDS",
+        help="number of train shards (overrides --train-shards)",
+    )
+    parser.add_argument(
+        "--train-shards", type=int, default=DEFAULT_TRAIN_SHARDS,
+        help=f"number of train shards, 100M tokens each (default {DEFAULT_TRAIN_SHARDS})",
+    )
+    parser.add_argument(
+        "--variant", default=DEFAULT_VARIANT, help="tokenizer variant: sp<digits> or byte260 (default sp1024)",
+    )
+    parser.add_argument(
+        "--skip-manifest", action="store_true", help="do not fetch manifest.json; use the local data/manifest.json",
+    )
+    parser.add_argument(
+        "--with-docs", action="store_true",
+        help="also fetch docs_selected.jsonl and docs_selected.source_manifest.json",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=DATA_DIR, help="local data root (default: this script's folder, data/)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    train_shards = args.train_shards if args.train_shards_positional is None else args.train_shards_positional
+    source = HubSource.from_environ(os.environ)
+    try:
+        print(f"source: dataset {source.repo_id}, remote root {source.remote_root!r}, "
+              f"hub {source.endpoint_name()}", flush=True)
+        report = download(
+            args.variant, train_shards, source, args.data_dir, args.skip_manifest, args.with_docs,
+            log=lambda message: print(message, flush=True),
+        )
+    except (DownloadError, OSError) as error:
+        message = " ".join(str(error).split())
+        print(f"cached_challenge_fineweb: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("cached_challenge_fineweb: interrupted; finished files are kept, re-run to resume", file=sys.stderr)
+        return 130
+    for line in summary_lines(report):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
