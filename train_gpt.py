@@ -122,6 +122,7 @@ class Hyperparameters:
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
                                          "attn_gate,vr_lambda")  # large float tensors matching one stay fp32
     artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
+    final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True
     ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
     ttt_epochs: int = 3  # passes over each already-scored chunk
@@ -2261,6 +2262,9 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
+
+    if not h.final_eval:
+        return
 
     def make_model():
         fresh = build_model(h, dist_info.device)

@@ -6,7 +6,7 @@ control: if the control repeats its losses bit for bit, every other combination 
 order, same math); a mismatch is reported and the script exits 1.
 
   python bench/prefetch_matrix.py --preset record --steps 120      # 1xH100: the issue's benchmark
-  python bench/prefetch_matrix.py --preset small --steps 20         # the stream-logic check (fast, eager)
+  python bench/prefetch_matrix.py --preset small --steps 20 --deterministic   # stream-logic check (eager)
 
 Extra settings go through the environment as usual (DATA_PATH, TOKENIZER_PATH, ...).
 """
@@ -23,20 +23,21 @@ REPO = Path(__file__).resolve().parents[1]
 PRESETS = {
     # The record model and batch; no warmdown/QAT/SWA so every step does the same work.
     "record": {"WARMDOWN_ITERS": "0", "LATE_QAT_THRESHOLD": "0", "MAX_WALLCLOCK_SECONDS": "0", "VAL_LOSS_EVERY": "0",
-               "WARMUP_STEPS": "5"},
+               "WARMUP_STEPS": "5", "FINAL_EVAL": "0"},
     # A small model in eager mode: quick, and it logs every step for the bit-identity check.
     "small": {"NUM_LAYERS": "4", "MODEL_DIM": "256", "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "XSA_LAST_N": "2",
               "VE_LAYERS": "2,3", "TRAIN_SEQ_LEN": "1024", "EVAL_SEQ_LEN": "1024", "TRAIN_BATCH_TOKENS": "65536",
               "VAL_BATCH_SIZE": "65536", "WARMDOWN_ITERS": "0", "LATE_QAT_THRESHOLD": "0",
-              "MAX_WALLCLOCK_SECONDS": "0", "VAL_LOSS_EVERY": "0", "TORCH_COMPILE": "0", "WARMUP_STEPS": "2"},
+              "MAX_WALLCLOCK_SECONDS": "0", "VAL_LOSS_EVERY": "0", "TORCH_COMPILE": "0", "WARMUP_STEPS": "2",
+              "FINAL_EVAL": "0"},
 }
 STEP_LINE = re.compile(r"^step:(\d+)/\d+ train_loss:([\d.]+) train_time:(\d+)ms step_avg:([\d.]+)ms", re.M)
 WAIT_LINE = re.compile(r"^data_wait total_ms:([\d.]+) per_step_ms:([\d.]+) fraction_of_train_time:([\d.]+)", re.M)
 
 
-def run_one(env: dict, nproc: int, label: str, out_dir: Path) -> dict:
+def run_one(env: dict, nproc: int, label: str, out_dir: Path, script: Path) -> dict:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % nproc,
-               str(REPO / "train_gpt.py")]
+               str(script)]
     start = time.perf_counter()
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     (out_dir / ("%s.log" % label)).write_text(result.stdout + result.stderr)
@@ -57,6 +58,8 @@ def main() -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="record")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--deterministic", action="store_true",
+                        help="run through bench/deterministic_launch.py (deterministic kernels; use ATTN_BACKEND=math)")
     parser.add_argument("--no-control", action="store_true", help="skip the repeat of the first combination")
     parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prefetch_matrix")
     args = parser.parse_args()
@@ -68,7 +71,8 @@ def main() -> int:
     for index, (prefetch, copy_stream) in enumerate(combos):
         label = "p%d_c%d%s" % (prefetch, copy_stream, "_control" if index == 1 and not args.no_control else "")
         env = dict(base, TRAIN_PREFETCH=str(prefetch), TRAIN_COPY_STREAM=str(copy_stream), RUN_ID="matrix_" + label)
-        rows.append((label, prefetch, copy_stream, run_one(env, args.nproc, label, args.out_dir)))
+        script = REPO / ("bench/deterministic_launch.py" if args.deterministic else "train_gpt.py")
+        rows.append((label, prefetch, copy_stream, run_one(env, args.nproc, label, args.out_dir, script)))
         print("done %s in %.0f s" % (label, rows[-1][3]["wall_s"]), flush=True)
     reference = rows[0][3]["losses"]
     mismatches = 0
