@@ -1,0 +1,2300 @@
+"""Parameter-golf GPT trainer: one self-contained file, the counted code of a submission.
+
+Reproduces record 2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (see SPEC in the repo's
+README): an 11-layer GPT (d=512, GQA 8/4, partial RoPE, XSA on the last layers, BigramHash, SmearGate, value
+embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP), parameter banks trained with Parallel Muon, Adam for the rest,
+EMA/SWA weight averages and late QAT.
+
+Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is an environment variable named
+after a `Hyperparameters` field (upper-cased); the defaults ARE the record's run command. Without CUDA the same
+code runs on the CPU (fp32, gloo, no compile) so tiny configs and the test-suite exercise the real paths.
+"""
+
+# ==== 0. IMPORTS ====
+import atexit
+import contextlib
+import copy
+import dataclasses
+import difflib
+import glob
+import hashlib
+import io
+import lzma
+import math
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
+    from flash_attn_interface import flash_attn_func as _flash_attn_func
+except ImportError:
+    _flash_attn_func = None
+
+# RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled
+# base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
+ROPE_TRAIN_SEQ_LEN = 1024
+ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "TORCH_COMPILE", "ATTN_")
+ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
+
+
+# ==== 1. CONFIGURATION ====
+@dataclass(frozen=True)
+class Hyperparameters:
+    """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env."""
+
+    # Data and run identity
+    data_path: str = "./data/datasets/fineweb10B_sp1024"
+    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
+    run_id: str = ""  # empty: a fresh uuid4 per run
+    seed: int = 1337
+    # Schedule and batch
+    iterations: int = 9000
+    warmup_steps: int = 20
+    warmdown_iters: int = 3500
+    max_wallclock_seconds: float = 600.0  # <= 0: no cap (warmdown by iterations)
+    train_batch_tokens: int = 786432
+    train_seq_len: int = 2048
+    eval_seq_len: int = 2048  # <= 0: same as train_seq_len
+    val_batch_size: int = 524288
+    val_loss_every: int = 4000
+    train_log_every: int = 500
+    # Model
+    vocab_size: int = 1024
+    num_layers: int = 11
+    model_dim: int = 512
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    mlp_mult: float = 3.0
+    tie_embeddings: bool = True
+    tied_embed_init_std: float = 0.005
+    rope_base: float = 10000.0
+    rope_dims: int = 16
+    logit_softcap: float = 30.0
+    qk_gain_init: float = 1.5
+    xsa_last_n: int = 4
+    ln_scale: bool = True
+    bigram_vocab_size: int = 1536
+    bigram_dim: int = 128
+    ve_enabled: bool = True
+    ve_dim: int = 128
+    ve_layers: str = "9,10"
+    # Optimizers
+    matrix_lr: float = 0.025
+    scalar_lr: float = 0.025
+    tied_embed_lr: float = 0.035
+    embed_lr: float = 0.6  # untied embeddings only
+    head_lr: float = 0.008  # untied head only
+    muon_momentum: float = 0.99
+    muon_momentum_warmup_start: float = 0.92
+    muon_momentum_warmup_steps: int = 1500
+    muon_backend_steps: int = 5
+    muon_wd: float = 0.04
+    adam_wd: float = 0.04
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip_norm: float = 0.3  # <= 0: no clipping
+    # Weight averaging and QAT (training side; applying them is the end-of-run pipeline's job)
+    ema_enabled: bool = True
+    ema_decay: float = 0.997
+    swa_enabled: bool = False
+    swa_every: int = 50
+    qat_enabled: bool = False
+    late_qat_threshold: float = 0.15
+    # End of run (SPEC §7-§8): artifact, sliding-window eval, legal score-first TTT
+    eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
+    eval_batch_seqs: int = 32  # windows per forward in sliding and TTT scoring
+    control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
+                                         "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
+                                         "attn_gate,vr_lambda")  # large float tensors matching one stay fp32
+    artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
+    ttt_enabled: bool = True
+    ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
+    ttt_epochs: int = 3  # passes over each already-scored chunk
+    ttt_chunk_tokens: int = 32768  # targets per TTT chunk
+    ttt_freeze_blocks: int = 0  # blocks 0..k-1 are not adapted (their own tensors and their bank rows)
+    ttt_momentum: float = 0.9
+    ttt_batch_seqs: int = 32  # sequences per TTT training step (per rank)
+    ttt_grad_clip: float = 1.0  # max global norm of the all-reduced TTT gradients
+    # Data path (SPEC §10): background batch producers, pinned memory, side-stream H2D copies
+    train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
+    train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
+    train_copy_stream: bool = True  # CUDA: train H2D on a side stream, one micro-batch ahead
+    val_prefetch: bool = True
+    val_prefetch_queue: int = 2
+    val_copy_stream: bool = True
+    val_bytecount_device: str = "cpu"  # where eval counts target bytes: cpu (host copies) or cuda
+    val_progress_log_every: int = 0  # > 0: a val_progress line every N eval batches (rank 0's share)
+    training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
+    training_timing_every: int = 200
+    # Runtime
+    torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
+    attn_backend: str = "auto"
+
+    @classmethod
+    def from_env(cls, environ) -> "Hyperparameters":
+        """Parse every field from `environ`; collect all parse errors, then all cross-field errors."""
+        values, errors = {}, []
+        for f in fields(cls):
+            env_name = f.name.upper()
+            if env_name not in environ:
+                continue
+            raw = environ[env_name]
+            try:
+                values[f.name] = _parse_env_value(raw, f.type)
+            except ValueError as exc:
+                errors.append("%s=%r: expected %s (%s)" % (env_name, raw, _type_label(f.type), exc))
+        if errors:
+            raise ConfigError(errors)
+        h = cls(**values)
+        if not h.run_id:
+            h = dataclasses.replace(h, run_id=str(uuid.uuid4()))
+        h.validate()
+        return h
+
+    def validate(self) -> None:
+        errors = []
+        if self.model_dim % max(self.num_heads, 1) != 0:
+            errors.append("MODEL_DIM=%d must be divisible by NUM_HEADS=%d" % (self.model_dim, self.num_heads))
+        elif (self.model_dim // self.num_heads) % 2 != 0:
+            errors.append("head dim MODEL_DIM/NUM_HEADS=%d must be even (RoPE)" % (self.model_dim // self.num_heads))
+        elif not 0 < self.rope_dims <= self.model_dim // self.num_heads or self.rope_dims % 2:
+            errors.append("ROPE_DIMS=%d must be even and in (0, head_dim=%d]"
+                          % (self.rope_dims, self.model_dim // self.num_heads))
+        if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0:
+            errors.append("NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads))
+        for name in ("num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens",
+                     "val_batch_size", "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every"):
+            if getattr(self, name) <= 0:
+                errors.append("%s=%d must be > 0" % (name.upper(), getattr(self, name)))
+        if self.logit_softcap <= 0:
+            errors.append("LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap)
+        if self.bigram_vocab_size < 2:
+            errors.append("BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size)
+        if not 0 <= self.xsa_last_n <= self.num_layers:
+            errors.append("XSA_LAST_N=%d must be in [0, NUM_LAYERS=%d]" % (self.xsa_last_n, self.num_layers))
+        try:
+            layers = self.ve_layer_indices
+            bad = [i for i in layers if not 0 <= i < self.num_layers]
+            if bad or len(set(layers)) != len(layers):
+                errors.append("VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers))
+        except ValueError:
+            errors.append("VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers)
+        if not 0.0 < self.ema_decay < 1.0:
+            errors.append("EMA_DECAY=%s must be in (0, 1)" % self.ema_decay)
+        if self.torch_compile not in ("auto", "0", "1"):
+            errors.append("TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile)
+        if self.attn_backend not in ATTENTION_BACKENDS:
+            errors.append("ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS)))
+        if self.warmup_steps < 0 or self.iterations < 0:
+            errors.append("WARMUP_STEPS and ITERATIONS must be >= 0")
+        if self.training_timing_every <= 0:
+            errors.append("TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)
+        errors += loader_config_errors(self) + eval_config_errors(self)
+        if errors:
+            raise ConfigError(errors)
+
+    def validate_for_world(self, world_size: int) -> None:
+        """Checks that depend on the launch (world size) as well as the config; all problems at once."""
+        errors = []
+        if world_size <= 0 or 8 % world_size != 0:
+            errors.append("WORLD_SIZE=%d must divide 8 (grad_accum_steps = 8 / WORLD_SIZE)" % world_size)
+            raise ConfigError(errors)
+        micro_batches = world_size * (8 // world_size)
+        if self.train_batch_tokens % micro_batches != 0:
+            errors.append("TRAIN_BATCH_TOKENS=%d must be divisible by world_size*grad_accum_steps=%d"
+                          % (self.train_batch_tokens, micro_batches))
+        elif (self.train_batch_tokens // micro_batches) % self.train_seq_len != 0:
+            errors.append("TRAIN_BATCH_TOKENS/(world_size*grad_accum_steps)=%d must be a multiple of TRAIN_SEQ_LEN=%d"
+                          % (self.train_batch_tokens // micro_batches, self.train_seq_len))
+        if (self.val_batch_size // micro_batches) // self.train_seq_len < 1:
+            errors.append("VAL_BATCH_SIZE=%d gives no full sequence of TRAIN_SEQ_LEN=%d per rank and micro-step"
+                          % (self.val_batch_size, self.train_seq_len))
+        if errors:
+            raise ConfigError(errors)
+
+    @property
+    def ve_layer_indices(self) -> Tuple[int, ...]:
+        return tuple(int(part) for part in self.ve_layers.split(",") if part.strip()) if self.ve_enabled else ()
+
+    @property
+    def effective_eval_seq_len(self) -> int:
+        return self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len
+
+    @property
+    def train_files(self) -> str:
+        return os.path.join(self.data_path, "fineweb_train_*.bin")
+
+    @property
+    def val_files(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+
+    @property
+    def max_wallclock_ms(self) -> Optional[float]:
+        return 1000.0 * self.max_wallclock_seconds if self.max_wallclock_seconds > 0 else None
+
+
+class ConfigError(ValueError):
+    def __init__(self, errors: List[str]):
+        self.errors = list(errors)
+        super().__init__("invalid configuration:\n  " + "\n  ".join(self.errors))
+
+
+def _type_label(annotation) -> str:
+    return {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
+
+
+def _parse_env_value(raw: str, annotation):
+    if annotation is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("not a boolean")
+    if annotation is int:
+        return int(raw.strip())
+    if annotation is float:
+        value = float(raw.strip())
+        if not math.isfinite(value):
+            raise ValueError("not finite")
+        return value
+    return raw
+
+
+def suspicious_env_names(environ) -> List[str]:
+    """Env vars that look like ours but are no field (e.g. the record README's EMA_ENABLED/LATE_QAT that its
+    script never read): returned as warnings so such mistakes are visible in the log."""
+    known = {f.name.upper() for f in fields(Hyperparameters)}
+    known |= {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    warnings = []
+    for name in sorted(environ):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if name.startswith(ENV_PREFIXES_OF_OURS) or close:
+            hint = " (did you mean %s?)" % close[0] if close else ""
+            warnings.append("%s=%s is not a setting of this script and is IGNORED%s" % (name, environ[name], hint))
+    return warnings
+
+
+# ==== 2. DISTRIBUTED RUNTIME AND LOGGING ====
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return 8 // self.world_size
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def init_distributed(environ) -> DistInfo:
+    """torchrun env (RANK, WORLD_SIZE, LOCAL_RANK) -> process group: NCCL on CUDA, gloo on CPU."""
+    launched = "RANK" in environ and "WORLD_SIZE" in environ
+    rank = int(environ["RANK"]) if launched else 0
+    world_size = int(environ["WORLD_SIZE"]) if launched else 1
+    local_rank = int(environ.get("LOCAL_RANK", "0")) if launched else 0
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if launched:
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                device_id=device if device.type == "cuda" else None)
+    return DistInfo(rank, world_size, local_rank, device)
+
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
+
+
+def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
+    if dist_info.distributed:
+        dist.all_reduce(tensor, op=_REDUCE_OPS[op])
+    return tensor
+
+
+def barrier(dist_info: DistInfo) -> None:
+    if dist_info.distributed:
+        dist.barrier()
+
+
+class Logger:
+    """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent."""
+
+    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
+        self.enabled = dist_info.is_main
+        self.path = os.path.join(log_dir, run_id + ".txt")
+        self._file = None
+        if self.enabled:
+            os.makedirs(log_dir, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+            print("logfile:" + self.path, flush=True)
+
+    def log(self, msg: str, console: bool = True) -> None:
+        if not self.enabled:
+            return
+        if console:
+            print(msg, flush=True)
+        self._file.write(msg + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> None:
+    """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config."""
+    logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
+    logger.log(code, console=False)
+    logger.log("=" * 100, console=False)
+    logger.log("Running Python " + sys.version, console=False)
+    logger.log("Running PyTorch " + torch.__version__, console=False)
+    try:
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        smi = "nvidia-smi: not available"
+    logger.log(smi, console=False)
+    logger.log("=" * 100, console=False)
+    for f in fields(h):
+        logger.log("config:%s=%s" % (f.name, getattr(h, f.name)), console=False)
+    for warning in suspicious_env_names(environ):
+        logger.log("WARNING unknown_env: " + warning)
+
+
+# ==== 3. DATA ====
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+SHARD_HEADER_BYTES = 256 * 4
+BYTECOUNT_DEVICES = ("cpu", "cuda")
+
+
+def loader_config_errors(h) -> list[str]:
+    """Messages for every invalid data-path field (Hyperparameters.validate() raises them together)."""
+    errors = []
+    for name in ("train_prefetch_queue", "val_prefetch_queue"):
+        if getattr(h, name) < 1:
+            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
+    if h.val_bytecount_device not in BYTECOUNT_DEVICES:
+        errors.append(f"VAL_BYTECOUNT_DEVICE={h.val_bytecount_device!r} must be one of {', '.join(BYTECOUNT_DEVICES)}")
+    return errors
+
+
+class ShardFormatError(ValueError):
+    """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
+
+
+def _read_shard_header(path: str, file) -> int:
+    """Check the header and the file size of an open shard; return its token count N."""
+    size = os.fstat(file.fileno()).st_size
+    header = file.read(SHARD_HEADER_BYTES)
+    if len(header) != SHARD_HEADER_BYTES:
+        raise ShardFormatError(f"{path}: {size} bytes, shorter than the {SHARD_HEADER_BYTES}-byte header")
+    magic, version, num_tokens = (int(word) for word in np.frombuffer(header, dtype="<i4")[:3])
+    if magic != SHARD_MAGIC:
+        raise ShardFormatError(f"{path}: bad magic {magic}, expected {SHARD_MAGIC}")
+    if version != SHARD_VERSION:
+        raise ShardFormatError(f"{path}: unsupported version {version}, expected {SHARD_VERSION}")
+    if num_tokens < 0 or size != SHARD_HEADER_BYTES + 2 * num_tokens:
+        raise ShardFormatError(
+            f"{path}: size {size} bytes, but the header's token count {num_tokens} "
+            f"needs {SHARD_HEADER_BYTES} + 2*{num_tokens} = {SHARD_HEADER_BYTES + 2 * num_tokens}")
+    return num_tokens
+
+
+def load_data_shard(path: str) -> np.ndarray:
+    """Read a whole shard as uint16 tokens, rejecting a bad header, a wrong size or a short read."""
+    with open(path, "rb") as file:
+        num_tokens = _read_shard_header(path, file)
+        tokens = np.empty(num_tokens, dtype="<u2")
+        bytes_read = file.readinto(tokens.view(np.uint8))
+    if bytes_read != 2 * num_tokens:
+        raise ShardFormatError(f"{path}: short read, {bytes_read} of {2 * num_tokens} token bytes")
+    return tokens
+
+
+def list_shards(pattern: str, what: str) -> list[str]:
+    """The sorted shard paths matching `pattern` (SPEC §2); none is an error naming the pattern."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
+    return paths
+
+
+@dataclass(frozen=True)
+class MicroBatchLayout:
+    """Where one rank's micro-batch sits in the SPEC §3 stream: each micro-step consumes world_size spans."""
+    rank: int
+    world_size: int
+    local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps)
+    seq_len: int
+
+    @property
+    def span(self) -> int:
+        return self.local_tokens + 1
+
+    @property
+    def rows(self) -> int:
+        return self.local_tokens // self.seq_len
+
+
+def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
+    """Hyperparameters.validate_for_world() has checked that local_tokens is a positive multiple of seq_len."""
+    local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
+    return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len)
+
+
+class TokenStream:
+    """SPEC §3 stream: position (file, offset) from (0, 0); a shard is loaded when the stream first needs a
+    token past the previous one, and the file list wraps forever."""
+
+    def __init__(self, paths: Sequence[str]):
+        self._paths = list(paths)
+        self._file_index = 0
+        self._tokens = load_data_shard(self._paths[0])
+        self._position = 0
+
+    def _next_shard(self) -> None:
+        self._file_index = (self._file_index + 1) % len(self._paths)
+        self._tokens = load_data_shard(self._paths[self._file_index])
+        self._position = 0
+
+    def advance(self, count: int, out: np.ndarray = None) -> None:
+        """Move `count` tokens ahead, copying them into `out` (widened to its dtype) when one is given.
+        Skipping without `out` consumes the same tokens and loads the same shards as a copying take()."""
+        done = 0
+        shards_without_tokens = 0
+        while done < count:
+            remaining = len(self._tokens) - self._position
+            if remaining == 0:
+                shards_without_tokens += 1
+                if shards_without_tokens > len(self._paths):
+                    raise ValueError(f"every train shard is empty: {self._paths}")
+                self._next_shard()
+                continue
+            shards_without_tokens = 0
+            step = min(count - done, remaining)
+            if out is not None:
+                out[done:done + step] = self._tokens[self._position:self._position + step]
+            self._position += step
+            done += step
+
+
+def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout,
+                            pin_memory: bool) -> Iterator[tuple]:
+    """SPEC §3 micro-batches of one rank, as CPU int64 (x, y) of shape (rows, seq_len).
+
+    The record materialises the whole world_size*span chunk on every rank; only this rank's span is copied
+    here, the other ranks' spans are skipped. x and y are two views of one span buffer (x = span[:-1],
+    y = span[1:]), so each token is widened and written once, straight into (pinned) memory."""
+    stream = TokenStream(paths)
+    before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
+    shape = (layout.rows, layout.seq_len)
+    while True:
+        span = torch.empty(layout.span, dtype=torch.int64, pin_memory=pin_memory)
+        stream.advance(before)
+        stream.advance(layout.span, out=span.numpy())
+        stream.advance(after)
+        yield span[:-1].view(shape), span[1:].view(shape)
+
+
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+class BackgroundIterator:
+    """Runs `source` in a daemon thread, keeping at most `depth` items ready in a bounded queue.
+
+    Items come out in the source's order (strict FIFO), so the sequence is the source's exactly. An exception
+    in the source reaches the consumer, unchanged, right after the items made before it. Every blocking call
+    polls (50 ms) a stop event or the thread's liveness, so neither side can hang on the other; close()
+    stops and joins the thread. close() is also registered with atexit until it runs: a daemon thread still
+    inside torch when the interpreter finalizes aborts the process ("terminate called without an active
+    exception"), so a loader that was never closed is stopped before that point."""
+
+    _POLL_SECONDS = 0.05
+    _JOIN_SECONDS = 10.0
+
+    def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._outcome = None  # (_END, None) or (_ERROR, exception) once the consumer has seen it
+        # The thread's CUDA device: without it, pinned allocations would create a context on cuda:0.
+        device_index = None
+        if device.type == "cuda":
+            device_index = torch.cuda.current_device() if device.index is None else device.index
+        self._thread = threading.Thread(target=self._produce, args=(source, device_index), name=name, daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _produce(self, source: Iterator, device_index: int) -> None:
+        try:
+            if device_index is not None:
+                torch.cuda.set_device(device_index)
+            for item in source:
+                if not self._offer((_ITEM, item)):
+                    return
+            self._offer((_END, None))
+        except BaseException as error:  # handed to the consumer, which owns the process
+            self._offer((_ERROR, error))
+
+    def _offer(self, entry: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=self._POLL_SECONDS)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while self._outcome is None:
+            alive = self._thread.is_alive()  # read before get(): a thread dead by then has put its last entry
+            try:
+                kind, payload = self._queue.get(timeout=self._POLL_SECONDS)
+            except queue.Empty:
+                if alive:
+                    continue
+                raise RuntimeError(f"{self._thread.name} has stopped (the iterator was closed)") from None
+            if kind == _ITEM:
+                return payload
+            self._outcome = (kind, payload)
+        if self._outcome[0] == _ERROR:
+            raise self._outcome[1]
+        raise StopIteration
+
+    def close(self) -> None:
+        atexit.unregister(self.close)
+        self._stop.set()
+        while True:  # free queued (pinned) items now; a producer blocked on put() sees the stop event
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=self._JOIN_SECONDS)
+
+
+@dataclass
+class _Transfer:
+    host: tuple
+    device: tuple = None  # set when the copy was issued on the copy stream
+    ready: torch.cuda.Event = None  # recorded on the copy stream after the copies
+
+
+class DeviceBatchFeed:
+    """Hands out batches from an iterator of CPU tensor tuples on `device`, one batch ahead.
+
+    CUDA with a copy stream: batch i+1's H2D is issued on the side stream when batch i is handed out, and the
+    compute stream waits on batch i's event before using it; record_stream() tells the allocator that compute
+    uses the tensors, so their memory is not reused before compute is done with them. Without a copy stream
+    the non-blocking copy is issued on the compute stream. On CPU the host tensors are handed out as they are.
+
+    Data wait: host seconds blocked in the source (queue pop or synchronous build) and, on CUDA, one pair of
+    timing events per batch recorded on the compute stream around its wait (copy stream) or its copies
+    (no copy stream). Nothing here synchronises the device; read the pairs later with events_elapsed_ms().
+    Being one batch ahead, an error in building batch i+1 is raised when batch i is asked for."""
+
+    def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
+        self._source = source
+        self._device = device
+        cuda = device.type == "cuda"
+        self._copy_stream = torch.cuda.Stream(device=device) if cuda and use_copy_stream else None
+        self._pending = None
+        self._closed = False
+        self._host_wait_seconds = 0.0
+        self._event_pairs = []
+
+    def _issue(self, host: tuple) -> _Transfer:
+        if self._copy_stream is None:
+            return _Transfer(host)
+        with torch.cuda.stream(self._copy_stream):
+            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
+            ready = torch.cuda.Event()
+            ready.record(self._copy_stream)
+        return _Transfer(host, device_tensors, ready)
+
+    def _claim(self, transfer: _Transfer) -> tuple:
+        if self._device.type != "cuda":
+            return transfer.host
+        compute = torch.cuda.current_stream(self._device)
+        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before.record(compute)
+        if transfer.ready is None:
+            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in transfer.host)
+        else:
+            compute.wait_event(transfer.ready)
+            device_tensors = transfer.device
+            for tensor in device_tensors:
+                tensor.record_stream(compute)
+        after.record(compute)
+        self._event_pairs.append((before, after))
+        return device_tensors
+
+    def _pull(self) -> tuple:
+        start = time.perf_counter()
+        try:
+            return next(self._source)
+        finally:
+            self._host_wait_seconds += time.perf_counter() - start
+
+    def next_with_host(self) -> tuple:
+        """(host tensors, device tensors) of the next batch; StopIteration when the source is exhausted."""
+        if self._closed:
+            raise RuntimeError("batch feed is closed")
+        if self._pending is None:
+            self._pending = self._issue(self._pull())
+        current = self._pending
+        try:
+            self._pending = self._issue(self._pull())
+        except StopIteration:
+            self._pending = None
+        return current.host, self._claim(current)
+
+    def next_batch(self) -> tuple:
+        """The next (x, y) on the device (int64, (rows, seq_len) for training)."""
+        return self.next_with_host()[1]
+
+    def take_wait_stats(self) -> tuple:
+        """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
+        host_ms, pairs = 1000.0 * self._host_wait_seconds, self._event_pairs
+        self._host_wait_seconds, self._event_pairs = 0.0, []
+        return host_ms, pairs
+
+    def close(self) -> None:
+        """Stop the producer (if any) and drop in-flight batches. Idempotent."""
+        self._closed = True
+        self._pending = None
+        self._source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
+    """Sum of elapsed_time over (before, after) pairs; waits for the events, so call it at logging time."""
+    total = 0.0
+    for before, after in event_pairs:
+        after.synchronize()
+        total += before.elapsed_time(after)
+    return total
+
+
+def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
+    """A fresh training loader from the start of the stream. After a rewind (the compile warm-up restore),
+    close() the old loader BEFORE building the new one, so no producer runs ahead in the background."""
+    layout = micro_batch_layout(h, dist_info)
+    paths = list_shards(h.train_files, "train")
+    cuda = dist_info.device.type == "cuda"
+    pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
+    batches = sequential_host_batches(paths, layout, pin_memory)
+    if h.train_prefetch:
+        batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
+    copy_stream = cuda and h.train_copy_stream
+    logger.log(f"train_data loader:sequential prefetch:{int(h.train_prefetch)} "
+               f"prefetch_queue:{h.train_prefetch_queue} pin_memory:{int(pin_memory)} "
+               f"copy_stream:{int(copy_stream)}"
+               + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
+    return DeviceBatchFeed(batches, dist_info.device, copy_stream)
+
+
+@dataclass
+class ValBatch:
+    index: int  # 0-based position in the pass
+    total: int  # number of batches in the pass
+    x: torch.Tensor  # on the device
+    y: torch.Tensor
+    x_cpu: torch.Tensor  # the same batch on the host (pinned with VAL_PREFETCH on CUDA), for CPU byte counts
+    y_cpu: torch.Tensor
+
+
+def _host_pair(batch: tuple, pin_memory: bool) -> tuple:
+    """A built (x, y) as contiguous CPU tensors (NumPy arrays are wrapped, not copied), optionally pinned."""
+    pair = tuple(torch.as_tensor(part).contiguous() for part in batch)
+    return tuple(part.pin_memory() for part in pair) if pin_memory else pair
+
+
+class ValBatchFeeder:
+    """Feeds one eval pass: yields a ValBatch per spec, in order, with batch i+1 built (VAL_PREFETCH) and copied
+    (VAL_COPY_STREAM) while batch i is evaluated. Use it as a context manager so the producer is stopped even
+    when the pass ends early or raises."""
+
+    def __init__(self, specs: Sequence, build: Callable, device: torch.device, prefetch: bool,
+                 queue_depth: int, use_copy_stream: bool):
+        self.total = len(specs)
+        cuda = device.type == "cuda"
+        host_batches = (_host_pair(build(spec), cuda and prefetch) for spec in specs)
+        if prefetch:
+            host_batches = BackgroundIterator(host_batches, queue_depth, device, "val-batch-producer")
+        self._feed = DeviceBatchFeed(host_batches, device, cuda and use_copy_stream)
+
+    def __iter__(self) -> Iterator[ValBatch]:
+        for index in range(self.total):
+            (x_cpu, y_cpu), (x, y) = self._feed.next_with_host()
+            yield ValBatch(index, self.total, x, y, x_cpu, y_cpu)
+
+    def take_wait_stats(self) -> tuple:
+        return self._feed.take_wait_stats()
+
+    def close(self) -> None:
+        self._feed.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> ValBatchFeeder:
+    """Val feeder configured by VAL_PREFETCH, VAL_PREFETCH_QUEUE and VAL_COPY_STREAM.
+    `build(spec)` returns this rank's CPU (x, y) for one spec (NumPy or torch)."""
+    return ValBatchFeeder(specs, build, dist_info.device, h.val_prefetch, h.val_prefetch_queue,
+                          h.val_copy_stream)
+
+
+# ==== 4. MODEL ====
+def rms_norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
+    """Late-QAT weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, on the record's [-32, 31] grid."""
+    w32 = weight.float()
+    sigma = (w32.abs().amax(dim=1, keepdim=True) / 31.0).clamp_min(1.0 / 31.0)
+    return (torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma).to(weight.dtype)
+
+
+class CastedLinear(nn.Linear):
+    """fp32 master weight, cast to the activation dtype at the matmul. In training, `qat_active` (a 0/1 tensor,
+    not a Python flag, so switching QAT on mid-run does not recompile the model: that cost ~57 s on H100) blends
+    in the fake-quantized weight with a straight-through gradient."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+        self.register_buffer("qat_active", torch.zeros(()), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = self.weight
+        if self.training:
+            weight = weight + self.qat_active.to(weight.dtype) * (fake_quantize_int6_rows(weight) - weight).detach()
+        return F.linear(x, weight.to(x.dtype))
+
+
+def rotary_tables(seq_len: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, Tensor]:
+    """cos/sin (T, rope_dims/2) with the record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), built in fp32."""
+    if seq_len > ROPE_TRAIN_SEQ_LEN:
+        base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
+    inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_partial_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, T, H, D): rotate dims [0, R) as pairs (u = first half, w = second half); dims [R, D) pass through."""
+    half = cos.size(-1)
+    u, w, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat((u * cos + w * sin, w * cos - u * sin, rest), dim=-1)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
+    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
+    if backend == "fa3":
+        out = _flash_attn_func(q, k, v, causal=True)
+        return out[0] if isinstance(out, tuple) else out
+    group = q.size(2) // k.size(2)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+
+class CausalSelfAttention(nn.Module):
+    """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
+
+    def __init__(self, h: Hyperparameters, use_xsa: bool):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
+        self.head_dim = h.model_dim // h.num_heads
+        self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
+        self.use_xsa = use_xsa
+        self.backend = "sdpa"
+
+    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, Tensor],
+                value_embed: Optional[Tensor]) -> Tensor:
+        batch, seq_len, _ = x.shape
+        q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
+        k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
+        v = F.linear(x, w_v.to(x.dtype))
+        if value_embed is not None:
+            v = v + value_embed
+        v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
+        q = apply_partial_rotary(rms_norm(q), *rope)
+        k = apply_partial_rotary(rms_norm(k), *rope)
+        q = q * self.q_gain.to(q.dtype)[None, None, :, None]
+        y = causal_attention(q, k, v, self.backend)
+        if self.use_xsa:
+            # XSA: remove from each head's output its component along its (unit) value vector.
+            group = self.num_heads // self.num_kv_heads
+            y = y.view(batch, seq_len, self.num_kv_heads, group, self.head_dim)
+            v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
+            y = y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit
+        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
+
+
+class Block(nn.Module):
+    def __init__(self, h: Hyperparameters, layer_index: int):
+        super().__init__()
+        dim = h.model_dim
+        self.attn = CausalSelfAttention(h, use_xsa=layer_index >= h.num_layers - h.xsa_last_n)
+        self.attn_scale = nn.Parameter(torch.ones(dim))
+        self.mlp_scale = nn.Parameter(torch.ones(dim))
+        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
+        self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+
+    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
+        w_q, w_k, w_v, w_o, w_up, w_down = weights
+        mix = self.resid_mix.to(x.dtype)
+        x = mix[0] * x + mix[1] * x0
+        attn_out = self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
+        x = x + self.attn_scale.to(x.dtype) * attn_out
+        hidden = F.leaky_relu(F.linear(rms_norm(x) * self.norm_factor, w_up.to(x.dtype)), negative_slope=0.5)
+        return x + self.mlp_scale.to(x.dtype) * F.linear(hidden.square(), w_down.to(x.dtype))
+
+
+class BigramHash(nn.Module):
+    """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        self.buckets = h.bigram_vocab_size
+        self.embed = nn.Embedding(h.bigram_vocab_size, h.bigram_dim)
+        self.proj = CastedLinear(h.bigram_dim, h.model_dim)
+        self.scale = nn.Parameter(torch.tensor(0.05))
+
+    def bucket_ids(self, ids: Tensor) -> Tensor:
+        ids32 = ids.to(torch.int32)
+        modulus = self.buckets - 1
+        pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
+        first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
+        return torch.cat((first, pairs), dim=1)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(self.bucket_ids(ids)))
+
+
+class SmearGate(nn.Module):
+    """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gate = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        g = torch.sigmoid(self.gate.to(x.dtype))
+        return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
+
+
+class ValueEmbedding(nn.Module):
+    """Shared token -> value-space embedding added to v in the VE layers, each with its own scalar."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
+        self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
+        self.proj = CastedLinear(h.ve_dim, kv_dim)
+        self.scale = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(ids))
+
+
+class GPT(nn.Module):
+    """Weights of all attention/MLP matrices live in four banks (one Muon update per bank):
+    qo_bank (2n, d, d) = [W_q of layers 0..n-1, W_o of layers 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...];
+    mlp_up_bank (n, F, d); mlp_down_bank (n, d, F)."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        n, dim = h.num_layers, h.model_dim
+        kv_dim = h.num_kv_heads * (dim // h.num_heads)
+        hidden = int(h.mlp_mult * dim)
+        self.num_layers, self.logit_softcap, self.rope_base, self.rope_dims = n, h.logit_softcap, h.rope_base, h.rope_dims
+        self.tok_emb = nn.Embedding(h.vocab_size, dim)
+        self.bigram = BigramHash(h)
+        self.smear = SmearGate(dim)
+        self.num_encoder_layers = n // 2
+        self.skip_weights = nn.Parameter(torch.ones(min(self.num_encoder_layers, n - self.num_encoder_layers), dim))
+        self.qo_bank = nn.Parameter(torch.empty(2 * n, dim, dim))
+        self.kv_bank = nn.Parameter(torch.empty(2 * n, kv_dim, dim))
+        self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
+        self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
+        self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
+        self.ve_layers = h.ve_layer_indices
+        self.ve_shared = ValueEmbedding(h) if self.ve_layers else None
+        self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
+        self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
+        self._init_weights(h)
+
+    @torch.no_grad()
+    def _init_weights(self, h: Hyperparameters) -> None:
+        n = self.num_layers
+        nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
+        nn.init.zeros_(self.bigram.embed.weight)
+        nn.init.orthogonal_(self.bigram.proj.weight)
+        for i in range(n):
+            nn.init.orthogonal_(self.qo_bank[i])
+            nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
+            nn.init.orthogonal_(self.kv_bank[i])
+            nn.init.orthogonal_(self.kv_bank[n + i])
+            nn.init.orthogonal_(self.mlp_up_bank[i])
+            nn.init.zeros_(self.mlp_down_bank[i])
+        if self.ve_shared is not None:
+            nn.init.normal_(self.ve_shared.embed.weight, std=0.01)
+            nn.init.orthogonal_(self.ve_shared.proj.weight)
+        if self.lm_head is not None:
+            nn.init.zeros_(self.lm_head.weight)
+
+    def set_attention_backend(self, backend: str) -> None:
+        for block in self.blocks:
+            block.attn.backend = backend
+
+    def set_qat(self, enabled: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, CastedLinear):
+                module.qat_active.fill_(1.0 if enabled else 0.0)
+
+    def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
+        n = self.num_layers
+        return (self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i], self.qo_bank[n + i],
+                self.mlp_up_bank[i], self.mlp_down_bank[i])
+
+    def forward_hidden(self, ids: Tensor) -> Tensor:
+        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
+        x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
+        x = x0 = self.smear(x)
+        rope = rotary_tables(ids.size(1), self.rope_dims, self.rope_base, ids.device, x.dtype)
+        value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
+        skips = []
+        for i, block in enumerate(self.blocks):
+            if i >= self.num_encoder_layers and skips:
+                x = x + self.skip_weights[i - self.num_encoder_layers].to(x.dtype) * skips.pop()
+            ve = None
+            if i in self.ve_layers:
+                ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+            x = block(x, x0, self.layer_weights(i), rope, ve)
+            if i < self.num_encoder_layers:
+                skips.append(x)
+        return x
+
+    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> fp32 soft-capped logits (..., V)."""
+        x = rms_norm(hidden)
+        logits = F.linear(x, self.tok_emb.weight.to(x.dtype)) if self.lm_head is None else self.lm_head(x)
+        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap)
+
+    def forward_logits(self, ids: Tensor) -> Tensor:
+        return self.logits_from_hidden(self.forward_hidden(ids))
+
+    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
+        logits = self.forward_logits(ids)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def build_model(h: Hyperparameters, device: torch.device) -> GPT:
+    """Seeded fp32 build on CPU, then the record's dtype recipe on CUDA: bf16 except the banks, CastedLinear
+    weights and every 0-D/1-D parameter, which go back to fp32 (so only the embeddings stay bf16)."""
+    random.seed(h.seed)
+    np.random.seed(h.seed)
+    torch.manual_seed(h.seed)
+    model = GPT(h)
+    if device.type == "cuda":
+        model = model.to(device).bfloat16()
+        keep_fp32 = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+        for name, param in model.named_parameters():
+            if name.endswith("_bank") or id(param) in keep_fp32 or param.ndim < 2:
+                param.data = param.data.float()
+    return model.to(device)
+
+
+# ==== 5. OPTIMIZERS ====
+def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
+    """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrices
+    transposed = x.size(-2) > x.size(-1)
+    if transposed:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.mT if transposed else x
+
+
+class ParallelMuon(torch.optim.Optimizer):
+    """Muon on the parameter banks with the record's communication overlap (SPEC §5), no DDP.
+
+    After backward (and clipping) the caller runs `launch_reduce_scatter()`: each bank's grad is copied into a
+    zero-padded buffer (rows padded to a multiple of the world size) and an async reduce-scatter (AVG) starts,
+    largest bank first. While those run, the caller all-reduces the small replicated grads and steps Adam. Then
+    `step()`: per bank, wait for its shard, apply Nesterov momentum and NS5 to this rank's rows only, start an
+    async all-gather of the update, and apply the previous bank's gathered update while this one is in flight.
+    Momentum lives in this rank's shard (optimizer state), so banks stay bit-identical across ranks. World size 1
+    runs the same code with the collectives skipped."""
+
+    def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
+                 weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype):
+        ordered = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
+        super().__init__(ordered, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
+        self.dist_info, self.backend_steps, self.work_dtype = dist_info, backend_steps, work_dtype
+        self.banks = ordered
+        self._buffers: Dict[int, Dict[str, Tensor]] = {}
+        self._reduce_handles: List = []
+
+    def _bank_buffers(self, bank: Tensor) -> Dict[str, Tensor]:
+        buffers = self._buffers.get(id(bank))
+        if buffers is None:
+            world = self.dist_info.world_size
+            padded_rows = -(-bank.size(0) // world) * world
+            shape = (padded_rows,) + tuple(bank.shape[1:])
+            padded = torch.zeros(shape, dtype=self.work_dtype, device=bank.device)
+            if self.dist_info.distributed:
+                shard = torch.empty((padded_rows // world,) + shape[1:], dtype=self.work_dtype, device=bank.device)
+                gathered = torch.empty_like(padded)
+            else:
+                shard, gathered = padded, None
+            buffers = self._buffers[id(bank)] = {"padded": padded, "shard": shard, "gathered": gathered}
+        return buffers
+
+    @torch.no_grad()
+    def launch_reduce_scatter(self) -> None:
+        self._reduce_handles = []
+        for bank in self.banks:
+            buffers = self._bank_buffers(bank)
+            buffers["padded"][:bank.size(0)].copy_(bank.grad)  # pad rows stay zero: NS5 keeps them zero
+            handle = None
+            if self.dist_info.distributed:
+                handle = dist.reduce_scatter_tensor(buffers["shard"], buffers["padded"], op=dist.ReduceOp.AVG,
+                                                    async_op=True)
+            self._reduce_handles.append(handle)
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        if len(self._reduce_handles) != len(self.banks):
+            raise RuntimeError("ParallelMuon.step() needs launch_reduce_scatter() after each backward")
+        group = self.param_groups[0]
+        pending = None
+        for bank, reduce_handle in zip(self.banks, self._reduce_handles):
+            buffers = self._buffers[id(bank)]
+            if reduce_handle is not None:
+                reduce_handle.wait()
+            shard = buffers["shard"]
+            state = self.state[bank]
+            if "momentum" not in state:
+                state["momentum"] = torch.zeros_like(shard)
+            momentum = state["momentum"]
+            momentum.mul_(group["momentum"]).add_(shard)
+            update = newton_schulz5(shard.add(momentum, alpha=group["momentum"]), self.backend_steps)
+            gather_handle = None
+            if self.dist_info.distributed:
+                gather_handle = dist.all_gather_into_tensor(buffers["gathered"], update, async_op=True)
+                update = buffers["gathered"]
+            if pending is not None:
+                self._apply(group, *pending)
+            pending = (bank, update, gather_handle)
+        if pending is not None:
+            self._apply(group, *pending)
+        self._reduce_handles = []
+
+    @staticmethod
+    def _apply(group: dict, bank: Tensor, update: Tensor, gather_handle) -> None:
+        if gather_handle is not None:
+            gather_handle.wait()
+        scale = max(1.0, bank.size(-2) / bank.size(-1)) ** 0.5
+        bank.mul_(1.0 - group["lr"] * group["weight_decay"])
+        bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
+
+
+class Optimizers:
+    """Muon for the banks; AdamW for embeddings (one group each) and for scalars/small matrices; plain Adam for an
+    untied head. `step` follows the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
+
+    def __init__(self, h: Hyperparameters, model: GPT, dist_info: DistInfo):
+        self.dist_info = dist_info
+        banks = [model.qo_bank, model.kv_bank, model.mlp_up_bank, model.mlp_down_bank]
+        embeddings = [model.tok_emb.weight, model.bigram.embed.weight]
+        if model.ve_shared is not None:
+            embeddings.append(model.ve_shared.embed.weight)
+        head = [model.lm_head.weight] if model.lm_head is not None else []
+        special = {id(p) for p in banks + embeddings + head}
+        scalars = [p for p in model.parameters() if id(p) not in special]
+        fused = dist_info.is_cuda
+        token_lr = h.tied_embed_lr if h.tie_embeddings else h.embed_lr
+        adam_args = dict(betas=(h.beta1, h.beta2), eps=h.adam_eps, fused=fused)
+        self.adams = [
+            torch.optim.AdamW([dict(params=[p], lr=token_lr, base_lr=token_lr) for p in embeddings],
+                              weight_decay=h.adam_wd, **adam_args),
+            torch.optim.AdamW([dict(params=scalars, lr=h.scalar_lr, base_lr=h.scalar_lr)],
+                              weight_decay=h.adam_wd, **adam_args),
+        ]
+        if head:
+            self.adams.append(torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args))
+        work_dtype = torch.bfloat16 if dist_info.is_cuda else torch.float32
+        self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
+                                 work_dtype)
+        self.replicated_params = embeddings + scalars + head
+        self.all = [self.muon] + self.adams
+
+    def set_schedule(self, lr_scale: float, muon_momentum: float) -> None:
+        for optimizer in self.all:
+            for group in optimizer.param_groups:
+                group["lr"] = group["base_lr"] * lr_scale
+        self.muon.param_groups[0]["momentum"] = muon_momentum
+
+    def step(self) -> None:
+        self.muon.launch_reduce_scatter()
+        for param in self.replicated_params:  # blocking AVG all-reduce per tensor, overlapping the reduce-scatters
+            all_reduce_(param.grad, self.dist_info, "avg")
+        for adam in self.adams:
+            adam.step()
+        self.muon.step()
+
+    def zero_grad(self) -> None:
+        for optimizer in self.all:
+            optimizer.zero_grad(set_to_none=True)
+
+    def state_dicts(self) -> List[dict]:
+        return [copy.deepcopy(optimizer.state_dict()) for optimizer in self.all]
+
+    def load_state_dicts(self, states: List[dict]) -> None:
+        for optimizer, state in zip(self.all, states):
+            optimizer.load_state_dict(state)
+
+
+def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
+    """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
+    if h.warmdown_iters <= 0:
+        return 1.0
+    cap_ms = h.max_wallclock_ms
+    if cap_ms is None:
+        if step < h.iterations - h.warmdown_iters:
+            return 1.0
+        return max((h.iterations - step) / h.warmdown_iters, 0.0)
+    warmdown_ms = h.warmdown_iters * (elapsed_ms / max(step, 1))
+    remaining_ms = max(cap_ms - elapsed_ms, 0.0)
+    return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+
+
+def muon_momentum_at(h: Hyperparameters, step: int) -> float:
+    frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
+    return (1.0 - frac) * h.muon_momentum_warmup_start + frac * h.muon_momentum
+
+
+# ==== 6. WEIGHT AVERAGING (training side) ====
+class WeightAverages:
+    """EMA of every state_dict tensor in fp32 (updated after every optimizer step) and, with SWA_ENABLED, a CPU sum
+    of snapshots taken every SWA_EVERY steps once the LR scale is below 0.2. Applying them happens at the end."""
+
+    def __init__(self, h: Hyperparameters, model: nn.Module):
+        self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
+        self.live = dict(model.state_dict())
+        self.ema = {k: t.detach().float().clone() for k, t in self.live.items()} if h.ema_enabled else None
+        self.swa_sum: Optional[Dict[str, Tensor]] = None
+        self.swa_count = 0
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        if self.ema is None:
+            return
+        keys = list(self.ema)
+        torch._foreach_lerp_([self.ema[k] for k in keys], [self.live[k].float() for k in keys], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def maybe_accumulate_swa(self, step: int, lr_scale: float) -> bool:
+        """Returns True when this call took the first snapshot (the caller logs `swa:start`)."""
+        if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
+            return False
+        snapshot = {k: t.detach().float().cpu() for k, t in self.live.items()}
+        if self.swa_sum is None:
+            self.swa_sum = snapshot
+        else:
+            for k, t in snapshot.items():
+                self.swa_sum[k] += t
+        self.swa_count += 1
+        return self.swa_count == 1
+
+
+# ==== 7. EVALUATION: BYTE TABLES AND PLAIN VALIDATION ====
+@dataclass(frozen=True)
+class ByteTables:
+    base_bytes: Tensor  # int64 (V,): UTF-8 bytes of the piece without its leading "▁"
+    has_leading_space: Tensor  # bool (V,): the piece starts with "▁" (one more byte unless after a boundary)
+    is_boundary: Tensor  # bool (V,): control/unknown/unused ids (0 bytes, and no space byte after them)
+
+
+def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
+    """SPEC §8 byte accounting for a SentencePiece model; its vocab must equal VOCAB_SIZE."""
+    base = np.zeros(vocab_size, dtype=np.int64)
+    space = np.zeros(vocab_size, dtype=np.bool_)
+    boundary = np.ones(vocab_size, dtype=np.bool_)
+    for token_id in range(sp.vocab_size()):
+        if sp.is_control(token_id) or sp.is_unknown(token_id) or sp.is_unused(token_id):
+            continue
+        boundary[token_id] = False
+        if sp.is_byte(token_id):
+            base[token_id] = 1
+            continue
+        piece = sp.id_to_piece(token_id)
+        if piece.startswith("\u2581"):
+            space[token_id] = True
+            piece = piece[1:]
+        base[token_id] = len(piece.encode("utf-8"))
+    return ByteTables(torch.from_numpy(base).to(device), torch.from_numpy(space).to(device),
+                      torch.from_numpy(boundary).to(device))
+
+
+def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
+    """Bytes each target token adds to the text: its own bytes, plus 1 for a leading space unless it follows a
+    boundary token (where the decoder drops that space)."""
+    extra = tables.has_leading_space[target_ids] & ~tables.is_boundary[prev_ids]
+    return tables.base_bytes[target_ids] + extra.to(torch.int64)
+
+
+@dataclass(frozen=True)
+class ValidationData:
+    tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
+    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda)
+    tables_cpu: ByteTables  # for counting on the host copies of each batch (VAL_BYTECOUNT_DEVICE=cpu)
+
+    @property
+    def num_targets(self) -> int:
+        return self.tokens.size - 1
+
+
+def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:
+    tokens = np.concatenate([load_data_shard(path) for path in list_shards(h.val_files, "validation")])
+    seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
+    usable = ((tokens.size - 1) // seq_len) * seq_len
+    if usable <= 0:
+        raise ValueError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
+                         % (h.val_files, tokens.size, seq_len))
+    too_large = int(tokens[:usable + 1].max())
+    if too_large >= h.vocab_size:
+        raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d" % (h.val_files, too_large, h.vocab_size))
+    tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
+    tables = ByteTables(*(t.to(device) for t in dataclasses.astuple(tables_cpu)))
+    return ValidationData(tokens[:usable + 1], tables, tables_cpu)
+
+
+def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
+    val_loss = nll_sum / token_count
+    return val_loss, val_loss / math.log(2.0) * (token_count / byte_count)
+
+
+def autocast_context(dist_info: DistInfo):
+    if dist_info.is_cuda:
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData,
+               logger: Optional["Logger"] = None) -> Tuple[float, float]:
+    """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks, fed through the val prefetcher;
+    fp64 sums of nll, targets and bytes (integer sums < 2^53 are exact, so cpu and cuda byte counts agree)."""
+    seq_len = h.train_seq_len
+    total_seqs = val.num_targets // seq_len
+    first = total_seqs * dist_info.rank // dist_info.world_size
+    last = total_seqs * (dist_info.rank + 1) // dist_info.world_size
+    batch_seqs = (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
+    specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
+
+    def build(spec):
+        window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
+        return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
+
+    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
+    host_bytes = 0
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feeder:
+        for batch in feeder:
+            with autocast_context(dist_info):
+                loss = model(batch.x, batch.y).detach()
+            sums[0] += loss.double() * batch.y.numel()
+            sums[1] += batch.y.numel()
+            if h.val_bytecount_device == "cpu":
+                host_bytes += int(count_target_bytes(batch.x_cpu, batch.y_cpu, val.tables_cpu).sum())
+            else:
+                sums[2] += count_target_bytes(batch.x, batch.y, val.tables).sum().double()
+            log_val_progress(h, dist_info, logger, batch, sums)
+    sums[2] += host_bytes
+    all_reduce_(sums, dist_info, "sum")
+    model.train(was_training)
+    return bits_per_byte(*sums.tolist())
+
+
+def log_val_progress(h: Hyperparameters, dist_info: DistInfo, logger: Optional["Logger"], batch, sums: Tensor) -> None:
+    every = h.val_progress_log_every
+    if logger is None or every <= 0 or not ((batch.index + 1) % every == 0 or batch.index + 1 == batch.total):
+        return
+    logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
+               % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(), int(sums[1].item())))
+
+
+# ==== 8. ARTIFACT AND FINAL EVALUATION ====
+ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
+RAW_MODEL_FILENAME = "final_model.pt"
+ARTIFACT_FILENAME = "final_model.int6.ptz"
+LZMA_PRESET = 6
+PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
+INT6_CATEGORIES = ("mlp", "attn")
+INT6_MAX = 31  # symmetric grid [-31, 31]
+INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
+INT8_MAX = 127
+INT8_CLIP_QUANTILE = 0.9999984
+RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
+TTT_LOG_EVERY_CHUNKS = 10
+# Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
+BANK_LAYOUT = {
+    "qo_bank": ("attn.c_q.weight", "attn.proj.weight"),
+    "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
+    "mlp_up_bank": ("mlp.fc.weight",),
+    "mlp_down_bank": ("mlp.proj.weight",),
+}
+
+
+class ArtifactTooLargeError(RuntimeError):
+    """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
+
+
+def control_tensor_patterns(h) -> tuple:
+    return tuple(part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip())
+
+
+def eval_config_errors(h) -> list:
+    """Errors of this section's fields; the core's validate() raises them together with its own (which already
+    checks EMA_DECAY and SWA_EVERY)."""
+    errors = []
+    length = h.effective_eval_seq_len
+    if not 0 < h.eval_stride <= length:
+        errors.append(f"EVAL_STRIDE={h.eval_stride} must be in [1, {length}] (the eval window length)")
+    for name in ("eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs", "ttt_epochs"):
+        if getattr(h, name) < 1:
+            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
+    if h.ttt_enabled and h.ttt_chunk_tokens < length:
+        errors.append(f"TTT_CHUNK_TOKENS={h.ttt_chunk_tokens} must be >= the eval window length {length}: "
+                      "a shorter chunk holds no training sequence")
+    if not 0 <= h.ttt_freeze_blocks <= h.num_layers:
+        errors.append(f"TTT_FREEZE_BLOCKS={h.ttt_freeze_blocks} must be in [0, NUM_LAYERS={h.num_layers}]")
+    if not h.ttt_lr > 0.0:
+        errors.append(f"TTT_LR={h.ttt_lr} must be > 0")
+    if not 0.0 <= h.ttt_momentum < 1.0:
+        errors.append(f"TTT_MOMENTUM={h.ttt_momentum} must be in [0, 1)")
+    if not h.ttt_grad_clip > 0.0:
+        errors.append(f"TTT_GRAD_CLIP={h.ttt_grad_clip} must be > 0")
+    patterns = h.control_tensor_name_patterns
+    if patterns and any(not part.strip() for part in patterns.split(",")):
+        errors.append(f"CONTROL_TENSOR_NAME_PATTERNS={h.control_tensor_name_patterns!r} has an empty entry")
+    return errors
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+def rank_range(count: int, dist_info) -> tuple:
+    """This rank's contiguous share [count*r/W, count*(r+1)/W) of `count` items."""
+    return (count * dist_info.rank // dist_info.world_size, count * (dist_info.rank + 1) // dist_info.world_size)
+
+
+# ---- weight averages (SPEC §6) ----
+
+def apply_weight_average(h, logger, model: nn.Module, averages) -> str:
+    """Loads the end-of-run average from the core's WeightAverages into `model` (strict, each tensor cast to its
+    own dtype) and returns which one: "swa", "ema", or "raw" (EMA_ENABLED=0 and no SWA: trained weights kept).
+
+    EMA by default (the record). With SWA_ENABLED and at least one snapshot, the mean of the SWA snapshots (the
+    trained weights every SWA_EVERY steps once the LR scale is < 0.2) replaces the EMA; the record computed
+    that sum and dropped it.
+    """
+    if averages.swa_enabled and averages.swa_count == 0:
+        logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
+    if averages.swa_enabled and averages.swa_count > 0:
+        source, kind = {k: t / averages.swa_count for k, t in averages.swa_sum.items()}, "swa"
+        logger.log(f"swa:applying SWA weights snapshots:{averages.swa_count}")
+    elif averages.ema is not None:
+        source, kind = averages.ema, "ema"
+        logger.log("ema:applying EMA weights")
+    else:
+        logger.log("ema:disabled keeping the trained weights")
+        return "raw"
+    current = model.state_dict()
+    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in current.items()}, strict=True)
+    return kind
+
+
+# ---- banks and quantization (SPEC §7) ----
+
+def unbank_state_dict(state: dict) -> dict:
+    """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
+    flat = {}
+    for name, tensor in state.items():
+        parts = BANK_LAYOUT.get(name)
+        if parts is None:
+            flat[name] = tensor
+            continue
+        num_layers = tensor.shape[0] // len(parts)
+        for part_index, part_name in enumerate(parts):
+            for layer in range(num_layers):
+                flat[f"blocks.{layer}.{part_name}"] = tensor[part_index * num_layers + layer]
+    return flat
+
+
+def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
+    """Inverse of unbank_state_dict, with the keys (and key order) of `banked_template`."""
+    state = {}
+    for name, like in banked_template.items():
+        parts = BANK_LAYOUT.get(name)
+        if parts is None:
+            state[name] = flat[name]
+            continue
+        num_layers = like.shape[0] // len(parts)
+        state[name] = torch.stack([flat[f"blocks.{layer}.{part_name}"]
+                                   for part_name in parts for layer in range(num_layers)])
+    return state
+
+
+def tensor_category(name: str) -> str:
+    if "tok_emb" in name or "lm_head" in name:
+        return "embed"
+    if ".mlp." in name:
+        return "mlp"
+    if ".attn." in name or ".proj." in name:
+        return "attn"
+    return "other"
+
+
+def quantization_kind(name: str, tensor: Tensor, control_patterns: tuple) -> str:
+    """SPEC §7.4 rules, in order. Small floats go fp16 before the control check, as in the record, so control
+    tensors (all small here) end up fp16 too; the fp32 rule only catches large control tensors."""
+    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
+        return "passthrough"
+    if any(pattern in name for pattern in control_patterns):
+        return "passthrough_ctrl"
+    return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
+
+
+def _as_rows(tensor: Tensor) -> Tensor:
+    """fp32 view as rows: a matrix keeps its rows, any other shape is a single row (one scale)."""
+    values = tensor.detach().float()
+    return values if values.ndim == 2 else values.reshape(1, -1)
+
+
+def quantize_int6_rows(weight: Tensor) -> tuple:
+    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale).
+
+    Per candidate quantile p: clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is
+    computed from that fp16 scale so q*scale is exactly what dequantizes. The first candidate with strictly
+    lower whole-tensor MSE wins. A non-matrix is one row (SPEC: amax/31; no such tensor is int6 in this model).
+    """
+    rows = _as_rows(weight)
+    levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
+    clips = torch.quantile(rows.abs(), levels, dim=1)  # (candidates, rows), linear interpolation
+    best_error, best_q, best_scale = None, None, None
+    for clip in clips:
+        scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
+        scale_column = scale.float()[:, None]
+        q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
+        error = (rows - q * scale_column).square().mean()
+        if best_error is None or error < best_error:
+            best_error, best_q, best_scale = error, q, scale
+    return best_q.to(torch.int8).reshape(weight.shape), best_scale
+
+
+def quantize_int8_rows(weight: Tensor) -> tuple:
+    """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
+    rows = _as_rows(weight)
+    clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
+    scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
+    clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
+    q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
+    return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
+
+
+def quantize_state_dict(flat_state: dict, control_patterns: tuple) -> tuple:
+    """-> (tensors, meta) on CPU. Every stored tensor is a fresh copy: saving a view of a bank row would make
+    torch.save write the whole bank storage."""
+    tensors, meta = {}, {}
+    for name, tensor in flat_state.items():
+        kind = quantization_kind(name, tensor, control_patterns)
+        if kind == "passthrough":
+            dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
+            tensors[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+            meta[name] = kind
+        elif kind == "passthrough_ctrl":
+            tensors[name] = tensor.detach().to(device="cpu", dtype=torch.float32, copy=True)
+            meta[name] = kind
+        else:
+            q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+            tensors[name + ".q"] = q.cpu()
+            tensors[name + ".scale"] = scale.cpu()
+            meta[name] = {"type": kind}
+    return tensors, meta
+
+
+def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
+    """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
+    if set(meta) != set(template):
+        raise ValueError(f"artifact tensors differ from the model: missing {sorted(set(template) - set(meta))} "
+                         f"unexpected {sorted(set(meta) - set(template))}")
+    flat = {}
+    for name, like in template.items():
+        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
+        if tuple(stored.shape) != tuple(like.shape):
+            raise ValueError(f"artifact tensor {name} has shape {tuple(stored.shape)}, model has {tuple(like.shape)}")
+        if isinstance(meta[name], dict):
+            scale = tensors[name + ".scale"].float()
+            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
+        flat[name] = stored.to(like.dtype)
+    return flat
+
+
+def serialize_artifact(tensors: dict, meta: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"w": tensors, "m": meta}, buffer)
+    return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
+
+
+def deserialize_artifact(blob: bytes) -> tuple:
+    """-> (tensors, meta). weights_only=True: the unpickler builds only tensors and plain containers, so a
+    crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked."""
+    payload = torch.load(io.BytesIO(lzma.decompress(blob)), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
+        raise ValueError("artifact: expected a dict with exactly the keys 'w' and 'm'")
+    tensors, meta = payload["w"], payload["m"]
+    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
+        raise ValueError("artifact: 'w' must map names to tensors")
+    if not isinstance(meta, dict):
+        raise ValueError("artifact: 'm' must be a dict")
+    for name, kind in meta.items():
+        if kind in ("passthrough", "passthrough_ctrl"):
+            needed = (name,)
+        elif kind in ({"type": "int6"}, {"type": "int8"}):
+            needed = (name + ".q", name + ".scale")
+        else:
+            raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
+        if not all(key in tensors for key in needed):
+            raise ValueError(f"artifact: missing tensors {needed} for {name}")
+    return tensors, meta
+
+
+def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
+    """Logs SPEC §9 line 21 and the byte budget; over the limit is an error line, and an exception when strict."""
+    total_bytes = artifact_bytes + code_bytes
+    logger.log(f"Serialized model: {raw_model_bytes} bytes")
+    logger.log(f"Code size: {code_bytes} bytes")
+    logger.log(f"Serialized model int6+lzma: {artifact_bytes} bytes")
+    logger.log(f"Total submission size int6+lzma: {total_bytes} bytes")
+    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} "
+               f"total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES}")
+    if total_bytes > ARTIFACT_LIMIT_BYTES:
+        message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
+                   f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
+        logger.log(message)
+        if h.artifact_limit_strict:
+            raise ArtifactTooLargeError(message)
+    return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
+            "total_bytes": total_bytes}
+
+
+def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str) -> dict:
+    """Rank 0 writes final_model.pt and the int6+lzma artifact; after a barrier every rank accounts the bytes
+    from the file sizes, so a strict-limit failure raises on all ranks alike."""
+    raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
+    artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
+    if dist_info.is_main:
+        state = model.state_dict()
+        torch.save(state, raw_path)
+        started = time.perf_counter()
+        tensors, meta = quantize_state_dict(unbank_state_dict(state), control_tensor_patterns(h))
+        blob = serialize_artifact(tensors, meta)
+        with open(artifact_path, "wb") as handle:
+            handle.write(blob)
+        logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
+    barrier(dist_info)
+    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),
+                                    code_bytes)
+
+
+def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
+    """Reads the artifact into a fresh model from make_model() (the core's dtype recipe), loaded strictly."""
+    with open(artifact_path, "rb") as handle:
+        tensors, meta = deserialize_artifact(handle.read())
+    model = make_model()
+    template = model.state_dict()
+    flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
+    model.load_state_dict(rebank_state_dict(flat, template), strict=True)
+    model.eval()
+    return model
+
+
+# ---- sliding-window scoring (SPEC §8, §0: every target exactly once) ----
+
+def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Tensor:
+    """Window 0 scores targets [0, window_len); window ws > 0 scores [ws+window_len-stride, ws+window_len), so the
+    runs tile [0, num_targets) once. Starts whose run would begin past the end are not made (the record's 31
+    tail windows re-scored its last 64 targets)."""
+    later_windows = max(0, ceil_div(num_targets - window_len, stride))
+    return torch.arange(later_windows + 1, dtype=torch.int64) * stride
+
+
+def window_first_scored(window_starts: Tensor, window_len: int, stride: int) -> Tensor:
+    """Global index of each window's first scored target."""
+    return torch.where(window_starts == 0, 0, window_starts + window_len - stride)
+
+
+def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stride: int) -> tuple:
+    """-> x, y (B, seq_len) int64 and score_mask (B, seq_len) bool, on tokens' device.
+
+    tokens holds num_targets + 1 ids (target j is tokens[j + 1]). Positions past the end are zero-padded and
+    unscored; causal attention keeps them from touching scored positions. A start >= num_targets is an empty
+    padding window (all unscored), which keeps batch shapes fixed.
+    """
+    num_targets = tokens.numel() - 1
+    positions = window_starts[:, None] + torch.arange(seq_len, device=tokens.device)
+    inside = positions < num_targets
+    safe = positions.clamp_max(num_targets - 1)
+    x = torch.where(inside, tokens[safe].long(), 0)
+    y = torch.where(inside, tokens[safe + 1].long(), 0)
+    score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
+    return x, y, score_mask
+
+
+@dataclass
+class ScoreSums:
+    """fp64 sums of one eval on the device; added to without host syncs."""
+    nll_sum: Tensor
+    target_count: Tensor
+    byte_count: Tensor
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> "ScoreSums":
+        return cls(*(torch.zeros((), dtype=torch.float64, device=device) for _ in range(3)))
+
+    def loss_and_bpb(self, dist_info) -> tuple:
+        """(val_loss, val_bpb) over all ranks; a collective, so every rank calls it at the same points."""
+        totals = torch.stack([self.nll_sum, self.target_count, self.byte_count])
+        all_reduce_(totals, dist_info, op="sum")
+        return bits_per_byte(*totals.tolist())
+
+
+def device_tokens(validation_data, device: torch.device) -> Tensor:
+    """The validation tokens as one int32 tensor on the device: scoring batches are gathered from it in place,
+    so sliding and TTT need no per-batch host work or host->device copies (~4 bytes/token of device memory)."""
+    return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
+
+
+def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
+    """The scoring forward (ids -> hidden states), compiled once per model under TORCH_COMPILE: every call has
+    the shape (eval_batch_seqs, window length), so neither sliding nor TTT scoring recompiles (SPEC §11.12)."""
+    if h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda):
+        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
+    return model.forward_hidden
+
+
+def score_windows(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+                  window_starts: Tensor, window_len: int, stride: int, sums: ScoreSums,
+                  recorder: Optional[Callable] = None, tag: int = -1) -> None:
+    """Adds the scored targets of `window_starts` (CPU, this rank's) to `sums`. Call under inference_mode.
+
+    Only scored positions reach the output projection: window 0 scores all of its positions, any other window
+    at most its last `stride`, so a batch without window 0 projects just hidden[:, -stride:].
+    recorder("score", tag, target indices, their nll) is instrumentation for tests.
+    """
+    batch_seqs = h.eval_batch_seqs
+    num_targets = tokens.numel() - 1
+    padding = -window_starts.numel() % batch_seqs
+    device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
+    for begin in range(0, window_starts.numel(), batch_seqs):
+        first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
+        batch_starts = device_starts[begin:begin + batch_seqs]
+        x, y, score_mask = build_window_batch(tokens, batch_starts, window_len, stride)
+        with autocast_context(dist_info):
+            hidden = hidden_forward(x)
+            logits = model.logits_from_hidden(hidden[:, first_position:])
+        x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        sums.nll_sum += torch.where(score_mask, nll.double(), 0.0).sum()
+        sums.target_count += score_mask.sum()
+        sums.byte_count += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+        if recorder is not None:
+            positions = batch_starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
+            recorder("score", tag, positions[score_mask].cpu(), nll[score_mask].cpu())
+
+
+def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+                        stride: int, window_len: Optional[int] = None, recorder: Optional[Callable] = None) -> tuple:
+    """Sliding-window (val_loss, val_bpb) of `model` over `tokens` (from device_tokens); windows of window_len
+    (default: the eval length) split by rank in contiguous ranges. With stride == window_len this is the plain
+    eval (non-overlapping sequences, every position scored)."""
+    window_len = window_len or h.effective_eval_seq_len
+    starts = sliding_window_starts(tokens.numel() - 1, window_len, stride)
+    begin, end = rank_range(starts.numel(), dist_info)
+    sums = ScoreSums.zeros(dist_info.device)
+    model.eval()
+    with torch.inference_mode():
+        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], window_len, stride,
+                      sums, recorder)
+    return sums.loss_and_bpb(dist_info)
+
+
+def plain_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
+    """SPEC §8 plain eval (non-overlapping TRAIN_SEQ_LEN sequences) through the scoring forward, so the post-average
+    and round-trip evals share its single compile with the sliding and TTT evals (equal to the core's
+    plain_eval up to fp summation order)."""
+    return sliding_window_eval(h, dist_info, model, hidden_forward, tokens, tables, h.train_seq_len,
+                               h.train_seq_len)
+
+
+# ---- legal score-first TTT (SPEC §8) ----
+
+def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
+                             chunk_tokens: int) -> list:
+    """Window starts per chunk, by the chunk of the window's first scored target (the last chunk takes any
+    overflow). A target is scored in its own chunk or an earlier one, never after its chunk was trained on."""
+    num_chunks = ceil_div(num_targets, chunk_tokens)
+    chunk_of_window = (window_first_scored(window_starts, window_len, stride) // chunk_tokens).clamp_max(num_chunks - 1)
+    return list(torch.split(window_starts, torch.bincount(chunk_of_window, minlength=num_chunks).tolist()))
+
+
+def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
+    """-> (trainable params, {param index: frozen bank rows}, frozen element count).
+
+    Blocks 0..k-1 are frozen whole: their own tensors by requires_grad, their rows of the shared banks by
+    zeroing those gradient rows after the all-reduce (SGD without weight decay then never moves them, momentum
+    included). The record froze only the per-block gains (SPEC §11.7).
+    """
+    frozen_names = tuple(f"blocks.{layer}." for layer in range(freeze_blocks))
+    trainable, frozen_bank_rows, frozen_count = [], {}, 0
+    for name, param in model.named_parameters():
+        if any(prefix in name for prefix in frozen_names):
+            param.requires_grad_(False)
+            frozen_count += param.numel()
+            continue
+        parts = BANK_LAYOUT.get(name)
+        if parts is not None and freeze_blocks > 0:
+            num_layers = param.shape[0] // len(parts)
+            rows = [part * num_layers + layer for part in range(len(parts)) for layer in range(freeze_blocks)]
+            frozen_bank_rows[len(trainable)] = torch.tensor(rows, device=param.device)
+            frozen_count += len(rows) * param[0].numel()
+        param.grad = torch.zeros_like(param)  # ranks without a sequence still all-reduce a (zero) gradient
+        trainable.append(param)
+    return trainable, frozen_bank_rows, frozen_count
+
+
+def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, frozen_bank_rows: dict,
+                   tokens: Tensor, chunk_begin: int, chunk_end: int, recorder: Optional[Callable],
+                   chunk_index: int) -> None:
+    """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end) only, all already
+    scored). Every rank takes the same number of steps, so the per-tensor AVG all-reduces always pair up."""
+    seq_len = h.effective_eval_seq_len
+    num_sequences = (chunk_end - chunk_begin) // seq_len
+    first_sequence, end_sequence = rank_range(num_sequences, dist_info)
+    steps_per_epoch = ceil_div(ceil_div(num_sequences, dist_info.world_size), h.ttt_batch_seqs)
+    model.train()
+    for _ in range(h.ttt_epochs):
+        for step in range(steps_per_epoch):
+            optimizer.zero_grad(set_to_none=False)
+            begin = first_sequence + step * h.ttt_batch_seqs
+            end = min(begin + h.ttt_batch_seqs, end_sequence)
+            if end > begin:
+                target_begin, target_end = chunk_begin + begin * seq_len, chunk_begin + end * seq_len
+                span = tokens[target_begin:target_end + 1].long()
+                with autocast_context(dist_info):
+                    loss = model(span[:-1].view(-1, seq_len), span[1:].view(-1, seq_len))
+                loss.backward()
+                if recorder is not None:
+                    recorder("train", chunk_index, torch.arange(target_begin, target_end))
+            for param in trainable:
+                all_reduce_(param.grad, dist_info, op="avg")
+            for index, rows in frozen_bank_rows.items():
+                trainable[index].grad.index_fill_(0, rows, 0.0)
+            torch.nn.utils.clip_grad_norm_(trainable, h.ttt_grad_clip)  # on the reduced grads (SPEC §11.10)
+            optimizer.step()
+    model.eval()
+
+
+def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+             recorder: Optional[Callable] = None) -> tuple:
+    """Legal score-first TTT: for each chunk, score its windows under inference_mode with the current weights,
+    then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
+    started = time.perf_counter()
+    window_len, stride = h.effective_eval_seq_len, h.eval_stride
+    num_targets = tokens.numel() - 1
+    starts = sliding_window_starts(num_targets, window_len, stride)
+    chunks = assign_windows_to_chunks(starts, window_len, stride, num_targets, h.ttt_chunk_tokens)
+    logger.log(f"ttt_sliding:start chunks={len(chunks)} chunk_tokens={h.ttt_chunk_tokens} "
+               f"total_windows={starts.numel()} stride={stride} ttt_lr={h.ttt_lr} ttt_epochs={h.ttt_epochs} "
+               f"freeze_blocks={h.ttt_freeze_blocks}")
+    trainable, frozen_bank_rows, frozen_count = prepare_ttt_parameters(model, h.ttt_freeze_blocks)
+    total_count = sum(param.numel() for param in model.parameters())
+    logger.log(f"ttt_sliding:params unfrozen={total_count - frozen_count} frozen={frozen_count}")
+    optimizer = torch.optim.SGD(trainable, lr=h.ttt_lr, momentum=h.ttt_momentum)
+    sums = ScoreSums.zeros(dist_info.device)
+    last_chunk = len(chunks) - 1
+    model.eval()
+    for chunk_index, chunk_starts in enumerate(chunks):
+        begin, end = rank_range(chunk_starts.numel(), dist_info)
+        with torch.inference_mode():
+            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end],
+                          window_len, stride, sums, recorder, chunk_index)
+        if chunk_index < last_chunk:
+            chunk_begin = chunk_index * h.ttt_chunk_tokens
+            lr = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
+                           min(chunk_begin + h.ttt_chunk_tokens, num_targets), recorder, chunk_index)
+        if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
+            # Running bpb over all ranks (the record printed rank 0's share, which can be empty early on).
+            running_bpb = sums.loss_and_bpb(dist_info)[1]
+            logger.log(f"  ttt_chunk [{chunk_index + 1}/{len(chunks)}] bpb={running_bpb:.6f} "
+                       f"time={time.perf_counter() - started:.1f}s")
+    for param in model.parameters():
+        param.requires_grad_(True)
+        param.grad = None
+    val_loss, val_bpb = sums.loss_and_bpb(dist_info)
+    logger.log(f"ttt_sliding:done val_loss={val_loss:.6f} val_bpb={val_bpb:.6f} "
+               f"elapsed={time.perf_counter() - started:.1f}s")
+    return val_loss, val_bpb
+
+
+# ---- orchestration ----
+
+def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "") -> tuple:
+    """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`."""
+    sync_device(dist_info)
+    started = time.perf_counter()
+    val_loss, val_bpb = evaluate()
+    sync_device(dist_info)
+    elapsed_ms = 1000.0 * (time.perf_counter() - started)
+    logger.log(f"{label} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} {extra}eval_time:{elapsed_ms:.0f}ms")
+    if exact:
+        logger.log(f"{label}_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    return val_loss, val_bpb
+
+
+def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, validation_data, code_bytes: int,
+                         make_model: Callable, output_dir: str = ".") -> dict:
+    """SPEC §9 lines 19-24: average -> post-average eval -> artifact + bytes -> round-trip eval of the reloaded
+    artifact -> sliding eval -> legal TTT. Every score after the artifact is of the round-tripped model.
+    `model` is the uncompiled trained model; make_model() builds a fresh one (dtype recipe, attention backend).
+    All evals run through one compiled scoring forward: a new model instance of the same recipe reuses the
+    compiled code, so only the first eval pays the compile."""
+    tokens, tables = device_tokens(validation_data, dist_info.device), validation_data.tables
+    results = {"average": apply_weight_average(h, logger, model, averages)}
+    trained_forward = make_hidden_forward(h, dist_info, model)
+    results["post_average"] = timed_eval(
+        dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
+        evaluate=lambda: plain_window_eval(h, dist_info, model, trained_forward, tokens, tables))
+    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
+    eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
+    eval_forward = make_hidden_forward(h, dist_info, eval_model)
+    results["roundtrip"] = timed_eval(
+        dist_info, logger, "final_int6_roundtrip", exact=True,
+        evaluate=lambda: plain_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables))
+    strides = [h.eval_stride]
+    if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
+        strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score
+    for stride in strides:
+        label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
+        results[label] = timed_eval(
+            dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
+            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables, stride))
+    if h.ttt_enabled:
+        results["legal_ttt"] = timed_eval(
+            dist_info, logger, "legal_ttt", exact=True,
+            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, tables))
+    return results
+
+
+# ==== 9. TRAINING ====
+def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """Choose the attention kernel once: FA3 on Hopper when importable, else the fastest SDPA backend that passes
+    a fwd+bwd probe (cuDNN first on Hopper: 2.48 vs 3.84 ms for flash at the record's shapes on H100).
+    ATTN_BACKEND forces one (and fails loudly if it cannot run). Returns (backend, reason)."""
+    if not dist_info.is_cuda:
+        if h.attn_backend not in ("auto", "math"):
+            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
+        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
+    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
+    if h.attn_backend != "auto":
+        candidates = [h.attn_backend]
+    else:
+        candidates = (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"]) + ["efficient", "math"]
+    failures = []
+    head_dim = h.model_dim // h.num_heads
+    for backend in candidates:
+        try:
+            _probe_attention(backend, h.train_seq_len, h.num_heads, head_dim, dist_info.device)
+            reason = "forced by ATTN_BACKEND" if h.attn_backend != "auto" else "auto"
+            return backend, "; ".join([reason] + failures)
+        except Exception as exc:  # the probe is the test of availability; every failure is reported
+            failures.append("%s unavailable (%s)" % (backend, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__))
+            if h.attn_backend != "auto":
+                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
+    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
+
+
+_SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
+               "efficient": (False, False, True, False), "math": (False, False, False, True)}
+
+
+def _set_sdpa_backend(backend: str) -> None:
+    cudnn, flash, efficient, math_ = _SDPA_FLAGS.get(backend, (False, False, False, False))
+    torch.backends.cuda.enable_cudnn_sdp(cudnn)
+    torch.backends.cuda.enable_flash_sdp(flash)
+    torch.backends.cuda.enable_mem_efficient_sdp(efficient)
+    torch.backends.cuda.enable_math_sdp(math_)
+
+
+def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
+    if backend == "fa3":
+        if _flash_attn_func is None:
+            raise ImportError("flash_attn_interface not importable")
+        if torch.cuda.get_device_capability(device)[0] != 9:
+            raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
+    else:
+        _set_sdpa_backend(backend)
+    q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
+    torch.cuda.synchronize(device)
+
+
+def maybe_compile(h: Hyperparameters, dist_info: DistInfo, model: nn.Module) -> Tuple[nn.Module, bool]:
+    enabled = h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda)
+    return (torch.compile(model, dynamic=False, fullgraph=True) if enabled else model), enabled
+
+
+def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, timer: "PhaseTimer") -> Tensor:
+    """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
+    steps = dist_info.grad_accum_steps
+    total = torch.zeros((), device=dist_info.device)
+    for _ in range(steps):
+        x, y = loader.next_batch()
+        timer.mark("batch")
+        with autocast_context(dist_info):
+            loss = model(x, y)
+        timer.mark("forward")
+        (loss / steps).backward()
+        timer.mark("backward")
+        total += loss.detach()
+    return total / steps
+
+
+class PhaseTimer:
+    """TRAINING_TIMING_BREAKDOWN: events on the compute stream at phase boundaries (on the CPU, host clocks).
+    Nothing synchronises until a breakdown line is due, so prefetch and copy overlap stay on while measuring.
+    A phase's time is the device time between the previous mark and its own, idle waiting included: `batch`
+    is therefore what the compute stream actually spent waiting for / copying its data."""
+
+    def __init__(self, enabled: bool, device: torch.device):
+        self.enabled, self.cuda = enabled, device.type == "cuda"
+        self.marks: List[Tuple[str, object]] = []
+
+    def mark(self, phase: str) -> None:
+        if not self.enabled:
+            return
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        else:
+            event = time.perf_counter()
+        self.marks.append((phase, event))
+
+    def totals_ms(self) -> Dict[str, float]:
+        """Milliseconds per phase since the first mark; clears the marks (synchronises on CUDA)."""
+        totals: Dict[str, float] = {}
+        if self.cuda and self.marks:
+            self.marks[-1][1].synchronize()
+        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
+            elapsed = start.elapsed_time(end) if self.cuda else 1000.0 * (end - start)
+            totals[phase] = totals.get(phase, 0.0) + elapsed
+        self.marks = []
+        return totals
+
+
+def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
+                      optimizers: Optimizers, make_loader) -> None:
+    """Run WARMUP_STEPS real steps so compilation and NCCL set-up happen off the clock, then restore the model and
+    optimizer state exactly. The loader is closed and the caller builds a fresh one, so the token stream
+    restarts at offset 0 (SPEC §3). Base LRs, final momentum, no clipping, as the record."""
+    if h.warmup_steps <= 0:
+        return
+    model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
+    optimizer_states = optimizers.state_dicts()
+    loader = make_loader()
+    try:
+        for k in range(1, h.warmup_steps + 1):
+            optimizers.zero_grad()
+            run_micro_steps(dist_info, model, loader, PhaseTimer(False, dist_info.device))
+            optimizers.set_schedule(1.0, h.muon_momentum)
+            optimizers.step()
+            if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
+                logger.log("warmup_step:%d/%d" % (k, h.warmup_steps))
+    finally:
+        loader.close()
+    base_model.load_state_dict(model_state)
+    optimizers.load_state_dicts(optimizer_states)
+    optimizers.zero_grad()
+
+
+def sync_device(dist_info: DistInfo) -> None:
+    if dist_info.is_cuda:
+        torch.cuda.synchronize(dist_info.device)
+
+
+class TrainTelemetry:
+    """Data wait (always: host time blocked on the loader + device time the compute stream waited for its
+    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps."""
+
+    def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
+        self.h, self.dist_info, self.logger = h, dist_info, logger
+        self.timer = PhaseTimer(h.training_timing_breakdown, dist_info.device)
+        self.step_host_wait_ms, self.wait_pairs = 0.0, []
+        self.total_wait_ms, self.val_ms = 0.0, 0.0
+
+    def end_step(self, step: int, loader) -> None:
+        host_ms, pairs = loader.take_wait_stats()
+        self.step_host_wait_ms, self.total_wait_ms = host_ms, self.total_wait_ms + host_ms
+        self.wait_pairs.extend(pairs)
+        due = step <= 10 or step % self.h.training_timing_every == 0
+        if not self.timer.enabled or not due:
+            self.timer.marks = []
+            return
+        read_start = time.perf_counter()
+        phases = self.timer.totals_ms()
+        device_wait_ms = self.drain()
+        micro = self.dist_info.grad_accum_steps
+        self.logger.log(
+            "timing_breakdown step:%d micro_steps:%d batch_cpu_ms:%.2f batch_h2d_ms:%.2f forward_ms:%.2f "
+            "backward_ms:%.2f grad_clip_ms:%.2f optimizer_ms:%.2f val_ms:%.2f explicit_sync_ms:%.2f "
+            "data_wait_ms:%.3f (per_optimizer_step; forward/backward/batch averaged over micro_steps; "
+            "grad_accum_steps=%d)" % (
+                step, micro, host_ms / micro, phases.get("batch", 0.0) / micro, phases.get("forward", 0.0) / micro,
+                phases.get("backward", 0.0) / micro, phases.get("grad_clip", 0.0), phases.get("optimizer", 0.0),
+                self.val_ms, 1000.0 * (time.perf_counter() - read_start), host_ms + device_wait_ms, micro))
+        self.val_ms = 0.0
+
+    def drain(self) -> float:
+        """Reads the collected device wait events (they are complete by now or soon); returns their sum."""
+        device_ms = events_elapsed_ms(self.wait_pairs)
+        self.wait_pairs = []
+        self.total_wait_ms += device_ms
+        return device_ms
+
+    def summary(self, steps: int, train_ms: float) -> None:
+        self.drain()
+        self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f"
+                        % (self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
+
+
+def train_step(h: Hyperparameters, dist_info: DistInfo, base_model: GPT, model: nn.Module, optimizers: Optimizers,
+               loader, timer: PhaseTimer, scale: float, step: int) -> Tensor:
+    timer.mark("start")
+    optimizers.zero_grad()
+    train_loss = run_micro_steps(dist_info, model, loader, timer)
+    optimizers.set_schedule(scale, muon_momentum_at(h, step))
+    if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
+        torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
+    timer.mark("grad_clip")
+    optimizers.step()
+    timer.mark("optimizer")
+    optimizers.zero_grad()
+    return train_loss
+
+
+def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
+          optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
+    """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
+    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
+    averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
+    loader = make_loader()
+    cap_ms = h.max_wallclock_ms
+    train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
+    sync_device(dist_info)
+    t0 = time.perf_counter()
+    try:
+        while True:
+            last_step = step == h.iterations or (stop_after_step is not None and step >= stop_after_step)
+            if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
+                sync_device(dist_info)
+                val_start = time.perf_counter()
+                train_ms += 1000.0 * (val_start - t0)
+                val_loss, val_bpb = plain_eval(h, dist_info, model, val, logger)
+                logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
+                           % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
+                sync_device(dist_info)
+                t0 = time.perf_counter()
+                telemetry.val_ms += 1000.0 * (t0 - val_start)  # charged to the next breakdown line
+            if last_step:
+                if stop_after_step is not None and step < h.iterations:
+                    logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
+                break
+            scale = lr_scale_at(h, step, train_ms + 1000.0 * (time.perf_counter() - t0))
+            if not qat_on and h.late_qat_threshold > 0 and scale < h.late_qat_threshold:
+                qat_on = True
+                base_model.set_qat(True)
+                logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
+            train_loss = train_step(h, dist_info, base_model, model, optimizers, loader, telemetry.timer, scale, step)
+            averages.update_ema()
+            step += 1
+            approx_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            if averages.maybe_accumulate_swa(step, scale):
+                logger.log("swa:start step:%d" % step)
+            telemetry.end_step(step, loader)
+            if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0 or stop_after_step is not None):
+                all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
+                logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
+                           % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
+                telemetry.drain()
+            reached = torch.tensor(float(cap_ms is not None and approx_ms >= cap_ms), device=dist_info.device)
+            if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
+                stop_after_step = step
+    finally:
+        loader.close()
+    telemetry.summary(step, train_ms)
+    return averages
+
+
+# ==== 10. MAIN ====
+def load_tokenizer(h: Hyperparameters):
+    import sentencepiece as spm
+
+    if not os.path.isfile(h.tokenizer_path):
+        raise FileNotFoundError("TOKENIZER_PATH=%s: no such file (build data first: see README)" % h.tokenizer_path)
+    sp = spm.SentencePieceProcessor(model_file=h.tokenizer_path)
+    if sp.vocab_size() != h.vocab_size:
+        raise ValueError("VOCAB_SIZE=%d does not match the tokenizer %s (vocab %d)"
+                         % (h.vocab_size, h.tokenizer_path, sp.vocab_size()))
+    return sp
+
+
+def log_run_summary(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, backend: str,
+                    reason: str, compiled: bool) -> None:
+    logger.log("model_params:%d" % sum(p.numel() for p in base_model.parameters()))
+    logger.log("XSA:last_%d active_layers:%s" % (h.xsa_last_n, [b_i for b_i, b in enumerate(base_model.blocks)
+                                                                 if b.attn.use_xsa]))
+    logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
+    logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
+    logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
+    logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
+               % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
+                  h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr))
+    logger.log("train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
+               % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds))
+    logger.log("seed:%d" % h.seed)
+
+
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
+    log_run_header(logger, h, code, environ)
+    sp = load_tokenizer(h)
+    val = load_validation_data(h, sp, dist_info.device)
+    logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
+    logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
+                                                            len(list_shards(h.train_files, "train"))))
+    logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
+    if dist_info.is_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    backend, reason = select_attention_backend(h, dist_info)
+    base_model = build_model(h, dist_info.device)
+    base_model.set_attention_backend(backend)
+    if h.qat_enabled:
+        base_model.set_qat(True)
+    model, compiled = maybe_compile(h, dist_info, base_model)
+    log_run_summary(h, dist_info, logger, base_model, backend, reason, compiled)
+    optimizers = Optimizers(h, base_model, dist_info)
+
+    def make_loader():
+        return make_train_loader(h, dist_info, logger)
+
+    warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
+    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
+    if dist_info.is_cuda:
+        logger.log("peak memory allocated: %d MiB reserved: %d MiB"
+                   % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
+
+    def make_model():
+        fresh = build_model(h, dist_info.device)
+        fresh.set_attention_backend(backend)
+        return fresh
+
+    run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model)
+
+
+def main() -> int:
+    environ = dict(os.environ)
+    first_rank = environ.get("RANK", "0") == "0"
+    try:
+        h = Hyperparameters.from_env(environ)
+        h.validate_for_world(int(environ.get("WORLD_SIZE", "1")))
+    except ConfigError as exc:
+        if first_rank:
+            print("error: " + str(exc), file=sys.stderr, flush=True)
+        return 2
+    with open(__file__, "r", encoding="utf-8") as handle:
+        code = handle.read()
+    dist_info = init_distributed(environ)
+    logger = Logger(dist_info, "logs", h.run_id)
+    try:
+        run(h, dist_info, logger, code, environ)
+    except Exception as exc:
+        logger.log("error: %s: %s" % (type(exc).__name__, exc))
+        raise
+    finally:
+        logger.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
