@@ -9,10 +9,8 @@ keep the scores non-trivial so both methods can be compared). Prints a table las
 torch.compile, "warm" is a second call. Scores: ours counts every target once; the record's style re-scores the
 last 64 targets in its tail windows, so its score differs slightly (SPEC §11.8)."""
 import argparse
-import ast
 import dataclasses
 import importlib.util
-import re
 import sys
 import time
 from pathlib import Path
@@ -22,34 +20,14 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
-FIELD_LINE = re.compile(r"^# FIELD (\w+): (\w+) = (.+?)  -- ")
 
 
 def load_trainer():
-    """train_gpt.py, plus parts/eval_section.py with the core's names while the section is not merged yet."""
-    def load(name, path):
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    core = load("train_gpt", REPO / "train_gpt.py")
-    if hasattr(core, "run_final_evaluation"):
-        return core, core.Hyperparameters
-    section = load("eval_section", REPO / "parts" / "eval_section.py")
-    for name, value in vars(core).items():
-        if not name.startswith("__") and not hasattr(section, name):
-            setattr(section, name, value)
-    known = {f.name for f in dataclasses.fields(core.Hyperparameters)}
-    extra = []
-    for line in (REPO / "parts" / "eval_section.py").read_text().splitlines():
-        match = FIELD_LINE.match(line)
-        if match and match.group(1) not in known:
-            kind = {"bool": bool, "int": int, "float": float, "str": str}[match.group(2)]
-            extra.append((match.group(1), kind, dataclasses.field(default=ast.literal_eval(match.group(3)))))
-    return section, dataclasses.make_dataclass("BenchHyperparameters", extra, bases=(core.Hyperparameters,),
-                                               frozen=True)
+    spec = importlib.util.spec_from_file_location("train_gpt", REPO / "train_gpt.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_gpt"] = module
+    spec.loader.exec_module(module)
+    return module, module.Hyperparameters
 
 
 def random_model(ev, h, dist_info, backend):

@@ -1,9 +1,6 @@
 """CPU tests of the end of a run (SPEC §6-§9): weight averages, int6/int8 artifact, byte accounting, safe loading,
 sliding-window eval (every target scored once) and legal score-first TTT (nothing trained before it is scored).
-
-The section is reached through the `ev` fixture: train_gpt.py itself once the section is merged into it, until
-then parts/eval_section.py executed with the core's names (as the merged file would see them)."""
-import ast
+The section is reached through the `ev` fixture: train_gpt.py loaded as a module."""
 import dataclasses
 import importlib.util
 import math
@@ -20,42 +17,14 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
-FIELD_LINE = re.compile(r"^# FIELD (\w+): (\w+) = (.+?)  -- ")
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before exec: @dataclass resolves annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def _section_fields(core):
-    """The section's `# FIELD` lines that the core's Hyperparameters lacks, as dataclass field specs."""
-    types = {"bool": bool, "int": int, "float": float, "str": str}
-    known = {f.name for f in dataclasses.fields(core.Hyperparameters)}
-    specs = []
-    for line in (REPO / "parts" / "eval_section.py").read_text().splitlines():
-        match = FIELD_LINE.match(line)
-        if match and match.group(1) not in known:
-            name, type_name, default = match.groups()
-            specs.append((name, types[type_name], dataclasses.field(default=ast.literal_eval(default))))
-    return specs
 
 
 def load_eval_module():
-    core = _load("train_gpt", REPO / "train_gpt.py")
-    if hasattr(core, "run_final_evaluation"):
-        core.TestHyperparameters = core.Hyperparameters
-        return core
-    section = _load("eval_section", REPO / "parts" / "eval_section.py")
-    for name, value in vars(core).items():
-        if not name.startswith("__") and not hasattr(section, name):
-            setattr(section, name, value)
-    section.TestHyperparameters = dataclasses.make_dataclass(
-        "TestHyperparameters", _section_fields(core), bases=(core.Hyperparameters,), frozen=True)
-    return section
+    spec = importlib.util.spec_from_file_location("train_gpt", REPO / "train_gpt.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_gpt"] = module  # before exec: @dataclass resolves annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +47,7 @@ TINY = dict(vocab_size=64, num_layers=4, model_dim=32, num_heads=4, num_kv_heads
 
 
 def tiny_h(ev, **overrides):
-    return ev.TestHyperparameters(**{**TINY, **overrides})
+    return ev.Hyperparameters(**{**TINY, **overrides})
 
 
 def dist_info(ev):
@@ -156,7 +125,7 @@ class Recorder:
 # ---- config ----
 
 def test_field_defaults_validate_and_errors_name_the_variable(ev):
-    assert ev.eval_config_errors(ev.TestHyperparameters()) == []
+    assert ev.eval_config_errors(ev.Hyperparameters()) == []
     assert ev.eval_config_errors(tiny_h(ev)) == []
     bad = tiny_h(ev, eval_stride=33, eval_batch_seqs=0, ttt_chunk_tokens=16, ttt_freeze_blocks=5, ttt_lr=0.0,
                  ttt_momentum=1.0, ttt_grad_clip=0.0, ttt_epochs=0, control_tensor_name_patterns="a,,b")
@@ -384,7 +353,7 @@ def test_unbank_and_rebank_are_inverse(ev):
 
 
 def test_quantization_kinds_on_the_record_model(ev):
-    h = ev.TestHyperparameters()
+    h = ev.Hyperparameters()
     with torch.device("meta"):
         state = ev.GPT(h).state_dict()
     flat = ev.unbank_state_dict(state)
