@@ -1,14 +1,11 @@
-"""Parameter-golf GPT trainer: one self-contained file, the counted code of a submission.
+"""Parameter-golf GPT trainer: one self-contained file, the counted code of a submission. Reproduces record
+2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (SPEC in the repo's README): an 11-layer GPT
+(d=512, GQA 8/4, partial RoPE, XSA, BigramHash, SmearGate, value embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP),
+banks trained with Parallel Muon, Adam for the rest, EMA/SWA and late QAT; int6+lzma artifact, legal TTT eval.
+Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is the env var named after a
+`Hyperparameters` field (upper-cased); the defaults ARE the record's run. Without CUDA the same code runs on the
+CPU (fp32, gloo, no compile), so tiny configs and the test-suite exercise the real paths."""
 
-Reproduces record 2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (see SPEC in the repo's
-README): an 11-layer GPT (d=512, GQA 8/4, partial RoPE, XSA on the last layers, BigramHash, SmearGate, value
-embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP), parameter banks trained with Parallel Muon, Adam for the rest,
-EMA/SWA weight averages and late QAT.
-
-Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is an environment variable named
-after a `Hyperparameters` field (upper-cased); the defaults ARE the record's run command. Without CUDA the same
-code runs on the CPU (fp32, gloo, no compile) so tiny configs and the test-suite exercise the real paths.
-"""
 
 # ==== 0. IMPORTS ====
 import atexit
@@ -29,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.elastic.multiprocessing.errors import record
 
 try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
     from flash_attn_interface import flash_attn_func as _flash_attn_func
@@ -47,7 +45,7 @@ except ImportError:
 # base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
 ROPE_TRAIN_SEQ_LEN = 1024
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
-                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "TORCH_COMPILE", "ATTN_")
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_")
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
 
 
@@ -152,18 +150,15 @@ class Hyperparameters:
         values, errors = {}, []
         for f in fields(cls):
             env_name = f.name.upper()
-            if env_name not in environ:
-                continue
-            raw = environ[env_name]
-            try:
-                values[f.name] = _parse_env_value(raw, f.type)
-            except ValueError as exc:
-                errors.append("%s=%r: expected %s (%s)" % (env_name, raw, _type_label(f.type), exc))
+            if env_name in environ:
+                raw = environ[env_name]
+                try:
+                    values[f.name] = _parse_env_value(raw, f.type)
+                except ValueError as exc:
+                    errors.append("%s=%r: expected %s (%s)" % (env_name, raw, ENV_TYPE_LABELS[f.type], exc))
         if errors:
             raise ConfigError(errors)
-        h = cls(**values)
-        if not h.run_id:
-            h = dataclasses.replace(h, run_id=str(uuid.uuid4()))
+        h = cls(**dict(values, run_id=values.get("run_id") or str(uuid.uuid4())))  # empty RUN_ID: a fresh uuid4
         h.validate()
         return h
 
@@ -178,44 +173,37 @@ class Hyperparameters:
                           % (self.rope_dims, self.model_dim // self.num_heads))
         if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0:
             errors.append("NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads))
-        for name in ("num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens",
-                     "val_batch_size", "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every"):
-            if getattr(self, name) <= 0:
-                errors.append("%s=%d must be > 0" % (name.upper(), getattr(self, name)))
-        if self.logit_softcap <= 0:
-            errors.append("LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap)
-        if self.bigram_vocab_size < 2:
-            errors.append("BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size)
-        if not 0 <= self.xsa_last_n <= self.num_layers:
-            errors.append("XSA_LAST_N=%d must be in [0, NUM_LAYERS=%d]" % (self.xsa_last_n, self.num_layers))
+        errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
+            "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
+            "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
         try:
             layers = self.ve_layer_indices
-            bad = [i for i in layers if not 0 <= i < self.num_layers]
-            if bad or len(set(layers)) != len(layers):
-                errors.append("VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers))
+            ve_bad = any(not 0 <= i < self.num_layers for i in layers) or len(set(layers)) != len(layers)
+            ve_error = "VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers)
         except ValueError:
-            errors.append("VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers)
-        if not 0.0 < self.ema_decay < 1.0:
-            errors.append("EMA_DECAY=%s must be in (0, 1)" % self.ema_decay)
-        if self.torch_compile not in ("auto", "0", "1"):
-            errors.append("TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile)
-        if self.attn_backend not in ATTENTION_BACKENDS:
-            errors.append("ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS)))
-        if self.warmup_steps < 0 or self.iterations < 0:
-            errors.append("WARMUP_STEPS and ITERATIONS must be >= 0")
-        if self.training_timing_every <= 0:
-            errors.append("TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)
+            ve_bad, ve_error = True, "VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers
+        errors += failed_checks([
+            (self.logit_softcap <= 0, "LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap),
+            (self.bigram_vocab_size < 2, "BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size),
+            (not 0 <= self.xsa_last_n <= self.num_layers,
+             "XSA_LAST_N=%d must be in [0, NUM_LAYERS=%d]" % (self.xsa_last_n, self.num_layers)),
+            (ve_bad, ve_error),
+            (not 0.0 < self.ema_decay < 1.0, "EMA_DECAY=%s must be in (0, 1)" % self.ema_decay),
+            (self.torch_compile not in ("auto", "0", "1"),
+             "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
+            (self.attn_backend not in ATTENTION_BACKENDS,
+             "ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS))),
+            (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
+            (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)])
         errors += loader_config_errors(self) + eval_config_errors(self)
         if errors:
             raise ConfigError(errors)
 
     def validate_for_world(self, world_size: int) -> None:
         """Checks that depend on the launch (world size) as well as the config; all problems at once."""
-        errors = []
         if world_size <= 0 or 8 % world_size != 0:
-            errors.append("WORLD_SIZE=%d must divide 8 (grad_accum_steps = 8 / WORLD_SIZE)" % world_size)
-            raise ConfigError(errors)
-        micro_batches = world_size * (8 // world_size)
+            raise ConfigError(["WORLD_SIZE=%d must divide 8 (grad_accum_steps = 8 / WORLD_SIZE)" % world_size])
+        errors, micro_batches = [], world_size * (8 // world_size)
         if self.train_batch_tokens % micro_batches != 0:
             errors.append("TRAIN_BATCH_TOKENS=%d must be divisible by world_size*grad_accum_steps=%d"
                           % (self.train_batch_tokens, micro_batches))
@@ -255,17 +243,47 @@ class ConfigError(ValueError):
         super().__init__("invalid configuration:\n  " + "\n  ".join(self.errors))
 
 
-def _type_label(annotation) -> str:
-    return {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
+def failed_checks(checks: Sequence[tuple]) -> List[str]:
+    """The messages of the (failed, message) pairs that failed, in order."""
+    return [message for failed, message in checks if failed]
+
+
+def loader_config_errors(h) -> List[str]:
+    """Errors of the data-path fields (validate() raises them with the rest)."""
+    errors = [f"{name.upper()}={getattr(h, name)} must be >= 1"
+              for name in ("train_prefetch_queue", "val_prefetch_queue") if getattr(h, name) < 1]
+    if h.val_bytecount_device not in BYTECOUNT_DEVICES:
+        errors.append(f"VAL_BYTECOUNT_DEVICE={h.val_bytecount_device!r} must be one of {', '.join(BYTECOUNT_DEVICES)}")
+    return errors
+
+
+def eval_config_errors(h) -> List[str]:
+    """Errors of the end-of-run fields (validate() raises them with the rest)."""
+    length, patterns = h.effective_eval_seq_len, h.control_tensor_name_patterns
+    errors = failed_checks([(not 0 < h.eval_stride <= length,
+                             f"EVAL_STRIDE={h.eval_stride} must be in [1, {length}] (the eval window length)")])
+    errors += [f"{name.upper()}={getattr(h, name)} must be >= 1" for name in (
+        "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs", "ttt_epochs") if getattr(h, name) < 1]
+    return errors + failed_checks([
+        (h.ttt_enabled and h.ttt_chunk_tokens < length, f"TTT_CHUNK_TOKENS={h.ttt_chunk_tokens} must be >= the "
+         f"eval window length {length}: a shorter chunk holds no training sequence"),
+        (not 0 <= h.ttt_freeze_blocks <= h.num_layers,
+         f"TTT_FREEZE_BLOCKS={h.ttt_freeze_blocks} must be in [0, NUM_LAYERS={h.num_layers}]"),
+        (not h.ttt_lr > 0.0, f"TTT_LR={h.ttt_lr} must be > 0"),
+        (not 0.0 <= h.ttt_momentum < 1.0, f"TTT_MOMENTUM={h.ttt_momentum} must be in [0, 1)"),
+        (not h.ttt_grad_clip > 0.0, f"TTT_GRAD_CLIP={h.ttt_grad_clip} must be > 0"),
+        (patterns and any(not part.strip() for part in patterns.split(",")),
+         f"CONTROL_TENSOR_NAME_PATTERNS={patterns!r} has an empty entry")])
+
+
+ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _parse_env_value(raw: str, annotation):
     if annotation is bool:
         lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
+        if lowered in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return lowered in ("1", "true", "yes", "on")
         raise ValueError("not a boolean")
     if annotation is int:
         return int(raw.strip())
@@ -278,14 +296,11 @@ def _parse_env_value(raw: str, annotation):
 
 
 def suspicious_env_names(environ) -> List[str]:
-    """Env vars that look like ours but are no field (e.g. the record README's EMA_ENABLED/LATE_QAT that its
-    script never read): returned as warnings so such mistakes are visible in the log."""
+    """Warnings for env vars that look like ours but are no field (the record's README set LATE_QAT, unread)."""
     known = {f.name.upper() for f in fields(Hyperparameters)}
     known |= {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
     warnings = []
-    for name in sorted(environ):
-        if name in known:
-            continue
+    for name in sorted(set(environ) - known):
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
         if name.startswith(ENV_PREFIXES_OF_OURS) or close:
             hint = " (did you mean %s?)" % close[0] if close else ""
@@ -324,11 +339,9 @@ def init_distributed(environ) -> DistInfo:
     rank = int(environ["RANK"]) if launched else 0
     world_size = int(environ["WORLD_SIZE"]) if launched else 1
     local_rank = int(environ.get("LOCAL_RANK", "0")) if launched else 0
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     if launched:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 device_id=device if device.type == "cuda" else None)
@@ -349,13 +362,33 @@ def barrier(dist_info: DistInfo) -> None:
         dist.barrier()
 
 
+def sync_device(dist_info: DistInfo) -> None:
+    if dist_info.is_cuda:
+        torch.cuda.synchronize(dist_info.device)
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+def rank_range(count: int, dist_info) -> tuple:
+    """This rank's contiguous share [count*r/W, count*(r+1)/W) of `count` items."""
+    return (count * dist_info.rank // dist_info.world_size, count * (dist_info.rank + 1) // dist_info.world_size)
+
+
+def compile_enabled(h: Hyperparameters, dist_info: DistInfo) -> bool:
+    return h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda)
+
+
+def autocast_context(dist_info: DistInfo):
+    return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
+
+
 class Logger:
     """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent."""
 
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
-        self.enabled = dist_info.is_main
-        self.path = os.path.join(log_dir, run_id + ".txt")
-        self._file = None
+        self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
         if self.enabled:
             os.makedirs(log_dir, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")
@@ -378,16 +411,13 @@ class Logger:
 def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> None:
     """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
-    logger.log(code, console=False)
-    logger.log("=" * 100, console=False)
-    logger.log("Running Python " + sys.version, console=False)
-    logger.log("Running PyTorch " + torch.__version__, console=False)
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         smi = "nvidia-smi: not available"
-    logger.log(smi, console=False)
-    logger.log("=" * 100, console=False)
+    rule = "=" * 100
+    for text in [code, rule, "Running Python " + sys.version, "Running PyTorch " + torch.__version__, smi, rule]:
+        logger.log(text, console=False)
     for f in fields(h):
         logger.log("config:%s=%s" % (f.name, getattr(h, f.name)), console=False)
     for warning in suspicious_env_names(environ):
@@ -399,17 +429,6 @@ SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 SHARD_HEADER_BYTES = 256 * 4
 BYTECOUNT_DEVICES = ("cpu", "cuda")
-
-
-def loader_config_errors(h) -> list[str]:
-    """Messages for every invalid data-path field (Hyperparameters.validate() raises them together)."""
-    errors = []
-    for name in ("train_prefetch_queue", "val_prefetch_queue"):
-        if getattr(h, name) < 1:
-            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
-    if h.val_bytecount_device not in BYTECOUNT_DEVICES:
-        errors.append(f"VAL_BYTECOUNT_DEVICE={h.val_bytecount_device!r} must be one of {', '.join(BYTECOUNT_DEVICES)}")
-    return errors
 
 
 class ShardFormatError(ValueError):
@@ -428,9 +447,8 @@ def _read_shard_header(path: str, file) -> int:
     if version != SHARD_VERSION:
         raise ShardFormatError(f"{path}: unsupported version {version}, expected {SHARD_VERSION}")
     if num_tokens < 0 or size != SHARD_HEADER_BYTES + 2 * num_tokens:
-        raise ShardFormatError(
-            f"{path}: size {size} bytes, but the header's token count {num_tokens} "
-            f"needs {SHARD_HEADER_BYTES} + 2*{num_tokens} = {SHARD_HEADER_BYTES + 2 * num_tokens}")
+        raise ShardFormatError(f"{path}: size {size} bytes, but the header's token count {num_tokens} needs "
+                               f"{SHARD_HEADER_BYTES} + 2*{num_tokens} = {SHARD_HEADER_BYTES + 2 * num_tokens}")
     return num_tokens
 
 
@@ -445,7 +463,7 @@ def load_data_shard(path: str) -> np.ndarray:
     return tokens
 
 
-def list_shards(pattern: str, what: str) -> list[str]:
+def list_shards(pattern: str, what: str) -> List[str]:
     """The sorted shard paths matching `pattern` (SPEC §2); none is an error naming the pattern."""
     paths = sorted(glob.glob(pattern))
     if not paths:
@@ -455,73 +473,55 @@ def list_shards(pattern: str, what: str) -> list[str]:
 
 @dataclass(frozen=True)
 class MicroBatchLayout:
-    """Where one rank's micro-batch sits in the SPEC §3 stream: each micro-step consumes world_size spans."""
+    """One rank's place in the SPEC §3 stream: each micro-step consumes world_size spans of local_tokens + 1."""
     rank: int
     world_size: int
-    local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps)
+    local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps), a multiple of seq_len
     seq_len: int
 
     @property
     def span(self) -> int:
         return self.local_tokens + 1
 
-    @property
-    def rows(self) -> int:
-        return self.local_tokens // self.seq_len
-
 
 def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
-    """Hyperparameters.validate_for_world() has checked that local_tokens is a positive multiple of seq_len."""
     local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
     return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len)
 
 
 class TokenStream:
-    """SPEC §3 stream: position (file, offset) from (0, 0); a shard is loaded when the stream first needs a
-    token past the previous one, and the file list wraps forever."""
+    """SPEC §3 stream from (file 0, offset 0); a shard is loaded when first needed; the file list wraps."""
 
     def __init__(self, paths: Sequence[str]):
-        self._paths = list(paths)
-        self._file_index = 0
+        self._paths, self._file_index, self._position = list(paths), 0, 0
         self._tokens = load_data_shard(self._paths[0])
-        self._position = 0
-
-    def _next_shard(self) -> None:
-        self._file_index = (self._file_index + 1) % len(self._paths)
-        self._tokens = load_data_shard(self._paths[self._file_index])
-        self._position = 0
 
     def advance(self, count: int, out: np.ndarray = None) -> None:
-        """Move `count` tokens ahead, copying them into `out` (widened to its dtype) when one is given.
-        Skipping without `out` consumes the same tokens and loads the same shards as a copying take()."""
-        done = 0
-        shards_without_tokens = 0
+        """Move `count` tokens ahead (loading the same shards either way), copying them into `out` if given."""
+        done, shards_without_tokens = 0, 0
         while done < count:
             remaining = len(self._tokens) - self._position
             if remaining == 0:
                 shards_without_tokens += 1
                 if shards_without_tokens > len(self._paths):
                     raise ValueError(f"every train shard is empty: {self._paths}")
-                self._next_shard()
+                self._file_index = (self._file_index + 1) % len(self._paths)
+                self._tokens, self._position = load_data_shard(self._paths[self._file_index]), 0
                 continue
-            shards_without_tokens = 0
-            step = min(count - done, remaining)
+            shards_without_tokens, step = 0, min(count - done, remaining)
             if out is not None:
                 out[done:done + step] = self._tokens[self._position:self._position + step]
             self._position += step
             done += step
 
 
-def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout,
-                            pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of one rank, as CPU int64 (x, y) of shape (rows, seq_len).
-
-    The record materialises the whole world_size*span chunk on every rank; only this rank's span is copied
-    here, the other ranks' spans are skipped. x and y are two views of one span buffer (x = span[:-1],
-    y = span[1:]), so each token is widened and written once, straight into (pinned) memory."""
+def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
+    """SPEC §3 micro-batches of one rank, as CPU int64 (x, y) of shape (rows, seq_len). The record materialises
+    the whole world_size*span chunk on every rank; here only this rank's span is copied, the others are skipped.
+    x and y are two views of one span buffer, so each token is widened and written once, into (pinned) memory."""
     stream = TokenStream(paths)
     before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
-    shape = (layout.rows, layout.seq_len)
+    shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
     while True:
         span = torch.empty(layout.span, dtype=torch.int64, pin_memory=pin_memory)
         stream.advance(before)
@@ -530,26 +530,19 @@ def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout,
         yield span[:-1].view(shape), span[1:].view(shape)
 
 
-_ITEM, _END, _ERROR = "item", "end", "error"
-
-
 class BackgroundIterator:
-    """Runs `source` in a daemon thread, keeping at most `depth` items ready in a bounded queue.
-
-    Items come out in the source's order (strict FIFO), so the sequence is the source's exactly. An exception
-    in the source reaches the consumer, unchanged, right after the items made before it. Every blocking call
-    polls (50 ms) a stop event or the thread's liveness, so neither side can hang on the other; close()
-    stops and joins the thread. close() is also registered with atexit until it runs: a daemon thread still
-    inside torch when the interpreter finalizes aborts the process ("terminate called without an active
-    exception"), so a loader that was never closed is stopped before that point."""
+    """Runs `source` in a daemon thread with at most `depth` items ready in a bounded queue. Strict FIFO: the
+    sequence is the source's exactly, and an exception in the source reaches the consumer, unchanged, right after
+    the items made before it. Every blocking call polls (50 ms) a stop event or the thread's liveness, so neither
+    side can hang on the other. close() stops and joins the thread; it is registered with atexit until it runs,
+    since a daemon thread still inside torch at interpreter finalization aborts the process."""
 
     _POLL_SECONDS = 0.05
     _JOIN_SECONDS = 10.0
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
-        self._queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._outcome = None  # (_END, None) or (_ERROR, exception) once the consumer has seen it
+        self._queue, self._stop = queue.Queue(maxsize=depth), threading.Event()
+        self._outcome = None  # ("end", None) or ("error", exception) once the consumer has seen it
         # The thread's CUDA device: without it, pinned allocations would create a context on cuda:0.
         device_index = None
         if device.type == "cuda":
@@ -563,11 +556,11 @@ class BackgroundIterator:
             if device_index is not None:
                 torch.cuda.set_device(device_index)
             for item in source:
-                if not self._offer((_ITEM, item)):
+                if not self._offer(("item", item)):
                     return
-            self._offer((_END, None))
+            self._offer(("end", None))
         except BaseException as error:  # handed to the consumer, which owns the process
-            self._offer((_ERROR, error))
+            self._offer(("error", error))
 
     def _offer(self, entry: tuple) -> bool:
         while not self._stop.is_set():
@@ -590,10 +583,10 @@ class BackgroundIterator:
                 if alive:
                     continue
                 raise RuntimeError(f"{self._thread.name} has stopped (the iterator was closed)") from None
-            if kind == _ITEM:
+            if kind == "item":
                 return payload
             self._outcome = (kind, payload)
-        if self._outcome[0] == _ERROR:
+        if self._outcome[0] == "error":
             raise self._outcome[1]
         raise StopIteration
 
@@ -608,56 +601,39 @@ class BackgroundIterator:
         self._thread.join(timeout=self._JOIN_SECONDS)
 
 
-@dataclass
-class _Transfer:
-    host: tuple
-    device: tuple = None  # set when the copy was issued on the copy stream
-    ready: torch.cuda.Event = None  # recorded on the copy stream after the copies
-
-
 class DeviceBatchFeed:
-    """Hands out batches from an iterator of CPU tensor tuples on `device`, one batch ahead.
-
-    CUDA with a copy stream: batch i+1's H2D is issued on the side stream when batch i is handed out, and the
-    compute stream waits on batch i's event before using it; record_stream() tells the allocator that compute
-    uses the tensors, so their memory is not reused before compute is done with them. Without a copy stream
-    the non-blocking copy is issued on the compute stream. On CPU the host tensors are handed out as they are.
-
-    Data wait: host seconds blocked in the source (queue pop or synchronous build) and, on CUDA, one pair of
-    timing events per batch recorded on the compute stream around its wait (copy stream) or its copies
-    (no copy stream). Nothing here synchronises the device; read the pairs later with events_elapsed_ms().
-    Being one batch ahead, an error in building batch i+1 is raised when batch i is asked for."""
+    """Hands out batches of an iterator of CPU tensor tuples on `device`, one batch ahead (so an error building
+    batch i+1 is raised when batch i is asked for). CUDA with a copy stream: batch i+1's H2D is issued on the side
+    stream when batch i is handed out, the compute stream waits on batch i's event, and record_stream() keeps the
+    allocator from reusing the memory before compute is done with it. Without one, the non-blocking copy runs on
+    the compute stream; on CPU the host tensors are handed out. Data wait: host seconds blocked in the source and,
+    on CUDA, a pair of events around each batch's wait or copies (read later with events_elapsed_ms())."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
-        self._source = source
-        self._device = device
-        cuda = device.type == "cuda"
-        self._copy_stream = torch.cuda.Stream(device=device) if cuda and use_copy_stream else None
-        self._pending = None
-        self._closed = False
-        self._host_wait_seconds = 0.0
-        self._event_pairs = []
+        self._source, self._device, self._pending, self._closed = source, device, None, False
+        self._copy_stream = torch.cuda.Stream(device=device) if device.type == "cuda" and use_copy_stream else None
+        self._host_wait_seconds, self._event_pairs = 0.0, []
 
-    def _issue(self, host: tuple) -> _Transfer:
+    def _issue(self, host: tuple) -> tuple:
+        """-> (host, device tensors, ready event); both None unless the copies went out on the copy stream."""
         if self._copy_stream is None:
-            return _Transfer(host)
+            return host, None, None
         with torch.cuda.stream(self._copy_stream):
             device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
             ready = torch.cuda.Event()
             ready.record(self._copy_stream)
-        return _Transfer(host, device_tensors, ready)
+        return host, device_tensors, ready
 
-    def _claim(self, transfer: _Transfer) -> tuple:
+    def _claim(self, host: tuple, device_tensors: tuple, ready) -> tuple:
         if self._device.type != "cuda":
-            return transfer.host
+            return host
         compute = torch.cuda.current_stream(self._device)
         before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         before.record(compute)
-        if transfer.ready is None:
-            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in transfer.host)
+        if ready is None:
+            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
         else:
-            compute.wait_event(transfer.ready)
-            device_tensors = transfer.device
+            compute.wait_event(ready)
             for tensor in device_tensors:
                 tensor.record_stream(compute)
         after.record(compute)
@@ -682,7 +658,7 @@ class DeviceBatchFeed:
             self._pending = self._issue(self._pull())
         except StopIteration:
             self._pending = None
-        return current.host, self._claim(current)
+        return current[0], self._claim(*current)
 
     def next_batch(self) -> tuple:
         """The next (x, y) on the device (int64, (rows, seq_len) for training)."""
@@ -696,8 +672,7 @@ class DeviceBatchFeed:
 
     def close(self) -> None:
         """Stop the producer (if any) and drop in-flight batches. Idempotent."""
-        self._closed = True
-        self._pending = None
+        self._closed, self._pending = True, None
         self._source.close()
 
     def __enter__(self):
@@ -717,13 +692,12 @@ def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
 
 
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A fresh training loader from the start of the stream. After a rewind (the compile warm-up restore),
-    close() the old loader BEFORE building the new one, so no producer runs ahead in the background."""
+    """A fresh loader from the start of the stream. To rewind (after the warm-up), close() the old loader BEFORE
+    building the new one, so no producer runs ahead in the background."""
     layout = micro_batch_layout(h, dist_info)
-    paths = list_shards(h.train_files, "train")
     cuda = dist_info.device.type == "cuda"
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
-    batches = sequential_host_batches(paths, layout, pin_memory)
+    batches = sequential_host_batches(list_shards(h.train_files, "train"), layout, pin_memory)
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
@@ -744,49 +718,31 @@ class ValBatch:
     y_cpu: torch.Tensor
 
 
-def _host_pair(batch: tuple, pin_memory: bool) -> tuple:
-    """A built (x, y) as contiguous CPU tensors (NumPy arrays are wrapped, not copied), optionally pinned."""
-    pair = tuple(torch.as_tensor(part).contiguous() for part in batch)
-    return tuple(part.pin_memory() for part in pair) if pin_memory else pair
+class ValBatchFeeder(DeviceBatchFeed):
+    """One eval pass: a ValBatch per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM) while batch
+    i is evaluated; a context manager, so the producer stops on early exit. `build(spec)` -> this rank's (x, y)."""
 
+    def __init__(self, h, device: torch.device, specs: Sequence, build: Callable):
+        self.total, pin_memory = len(specs), device.type == "cuda" and h.val_prefetch
 
-class ValBatchFeeder:
-    """Feeds one eval pass: yields a ValBatch per spec, in order, with batch i+1 built (VAL_PREFETCH) and copied
-    (VAL_COPY_STREAM) while batch i is evaluated. Use it as a context manager so the producer is stopped even
-    when the pass ends early or raises."""
+        def host_pair(spec) -> tuple:  # contiguous CPU tensors (NumPy arrays are wrapped, not copied)
+            pair = tuple(torch.as_tensor(part).contiguous() for part in build(spec))
+            return tuple(part.pin_memory() for part in pair) if pin_memory else pair
 
-    def __init__(self, specs: Sequence, build: Callable, device: torch.device, prefetch: bool,
-                 queue_depth: int, use_copy_stream: bool):
-        self.total = len(specs)
-        cuda = device.type == "cuda"
-        host_batches = (_host_pair(build(spec), cuda and prefetch) for spec in specs)
-        if prefetch:
-            host_batches = BackgroundIterator(host_batches, queue_depth, device, "val-batch-producer")
-        self._feed = DeviceBatchFeed(host_batches, device, cuda and use_copy_stream)
+        host_batches = (host_pair(spec) for spec in specs)
+        if h.val_prefetch:
+            host_batches = BackgroundIterator(host_batches, h.val_prefetch_queue, device, "val-batch-producer")
+        super().__init__(host_batches, device, h.val_copy_stream)
 
     def __iter__(self) -> Iterator[ValBatch]:
         for index in range(self.total):
-            (x_cpu, y_cpu), (x, y) = self._feed.next_with_host()
+            (x_cpu, y_cpu), (x, y) = self.next_with_host()
             yield ValBatch(index, self.total, x, y, x_cpu, y_cpu)
-
-    def take_wait_stats(self) -> tuple:
-        return self._feed.take_wait_stats()
-
-    def close(self) -> None:
-        self._feed.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
 
 def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> ValBatchFeeder:
-    """Val feeder configured by VAL_PREFETCH, VAL_PREFETCH_QUEUE and VAL_COPY_STREAM.
-    `build(spec)` returns this rank's CPU (x, y) for one spec (NumPy or torch)."""
-    return ValBatchFeeder(specs, build, dist_info.device, h.val_prefetch, h.val_prefetch_queue,
-                          h.val_copy_stream)
+    """Val feeder configured by VAL_PREFETCH, VAL_PREFETCH_QUEUE and VAL_COPY_STREAM."""
+    return ValBatchFeeder(h, dist_info.device, specs, build)
 
 
 # ==== 4. MODEL ====
@@ -802,9 +758,8 @@ def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
 
 
 class CastedLinear(nn.Linear):
-    """fp32 master weight, cast to the activation dtype at the matmul. In training, `qat_active` (a 0/1 tensor,
-    not a Python flag, so switching QAT on mid-run does not recompile the model: that cost ~57 s on H100) blends
-    in the fake-quantized weight with a straight-through gradient."""
+    """fp32 weight cast to the activation dtype. In training `qat_active` blends in the fake-quantized weight with
+    a straight-through gradient; it is a 0/1 tensor so late QAT does not recompile (~57 s on H100)."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
@@ -956,7 +911,8 @@ class GPT(nn.Module):
         n, dim = h.num_layers, h.model_dim
         kv_dim = h.num_kv_heads * (dim // h.num_heads)
         hidden = int(h.mlp_mult * dim)
-        self.num_layers, self.logit_softcap, self.rope_base, self.rope_dims = n, h.logit_softcap, h.rope_base, h.rope_dims
+        self.num_layers, self.logit_softcap = n, h.logit_softcap
+        self.rope_base, self.rope_dims = h.rope_base, h.rope_dims
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = BigramHash(h)
         self.smear = SmearGate(dim)
@@ -1093,7 +1049,7 @@ class ParallelMuon(torch.optim.Optimizer):
         buffers = self._buffers.get(id(bank))
         if buffers is None:
             world = self.dist_info.world_size
-            padded_rows = -(-bank.size(0) // world) * world
+            padded_rows = ceil_div(bank.size(0), world) * world
             shape = (padded_rows,) + tuple(bank.shape[1:])
             padded = torch.zeros(shape, dtype=self.work_dtype, device=bank.device)
             if self.dist_info.distributed:
@@ -1166,9 +1122,8 @@ class Optimizers:
         head = [model.lm_head.weight] if model.lm_head is not None else []
         special = {id(p) for p in banks + embeddings + head}
         scalars = [p for p in model.parameters() if id(p) not in special]
-        fused = dist_info.is_cuda
         token_lr = h.tied_embed_lr if h.tie_embeddings else h.embed_lr
-        adam_args = dict(betas=(h.beta1, h.beta2), eps=h.adam_eps, fused=fused)
+        adam_args = dict(betas=(h.beta1, h.beta2), eps=h.adam_eps, fused=dist_info.is_cuda)
         self.adams = [
             torch.optim.AdamW([dict(params=[p], lr=token_lr, base_lr=token_lr) for p in embeddings],
                               weight_decay=h.adam_wd, **adam_args),
@@ -1177,9 +1132,8 @@ class Optimizers:
         ]
         if head:
             self.adams.append(torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args))
-        work_dtype = torch.bfloat16 if dist_info.is_cuda else torch.float32
         self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
-                                 work_dtype)
+                                 torch.bfloat16 if dist_info.is_cuda else torch.float32)
         self.replicated_params = embeddings + scalars + head
         self.all = [self.muon] + self.adams
 
@@ -1213,13 +1167,10 @@ def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
     """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
     if h.warmdown_iters <= 0:
         return 1.0
-    cap_ms = h.max_wallclock_ms
-    if cap_ms is None:
-        if step < h.iterations - h.warmdown_iters:
-            return 1.0
-        return max((h.iterations - step) / h.warmdown_iters, 0.0)
+    if h.max_wallclock_ms is None:
+        return 1.0 if step < h.iterations - h.warmdown_iters else max((h.iterations - step) / h.warmdown_iters, 0.0)
     warmdown_ms = h.warmdown_iters * (elapsed_ms / max(step, 1))
-    remaining_ms = max(cap_ms - elapsed_ms, 0.0)
+    remaining_ms = max(h.max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
 
 
@@ -1230,8 +1181,8 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 
 # ==== 6. WEIGHT AVERAGING (training side) ====
 class WeightAverages:
-    """EMA of every state_dict tensor in fp32 (updated after every optimizer step) and, with SWA_ENABLED, a CPU sum
-    of snapshots taken every SWA_EVERY steps once the LR scale is below 0.2. Applying them happens at the end."""
+    """fp32 EMA of the state_dict after every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY
+    steps once the LR scale is below 0.2; apply_weight_average() applies them at the end."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
@@ -1287,8 +1238,7 @@ def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
             space[token_id] = True
             piece = piece[1:]
         base[token_id] = len(piece.encode("utf-8"))
-    return ByteTables(torch.from_numpy(base).to(device), torch.from_numpy(space).to(device),
-                      torch.from_numpy(boundary).to(device))
+    return ByteTables(*(torch.from_numpy(table).to(device) for table in (base, space, boundary)))
 
 
 def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
@@ -1318,7 +1268,8 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
                          % (h.val_files, tokens.size, seq_len))
     too_large = int(tokens[:usable + 1].max())
     if too_large >= h.vocab_size:
-        raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d" % (h.val_files, too_large, h.vocab_size))
+        raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
+                         % (h.val_files, too_large, h.vocab_size))
     tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
     tables = ByteTables(*(t.to(device) for t in dataclasses.astuple(tables_cpu)))
     return ValidationData(tokens[:usable + 1], tables, tables_cpu)
@@ -1329,20 +1280,17 @@ def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tupl
     return val_loss, val_loss / math.log(2.0) * (token_count / byte_count)
 
 
-def autocast_context(dist_info: DistInfo):
-    if dist_info.is_cuda:
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, float]:
+    """(val_loss, val_bpb) of this rank's fp64 [nll, targets, bytes] `sums` (left as is) summed over all ranks."""
+    return bits_per_byte(*all_reduce_(sums.clone(), dist_info, "sum").tolist())
 
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData,
-               logger: Optional["Logger"] = None) -> Tuple[float, float]:
+               logger: Optional[Logger] = None) -> Tuple[float, float]:
     """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks, fed through the val prefetcher;
-    fp64 sums of nll, targets and bytes (integer sums < 2^53 are exact, so cpu and cuda byte counts agree)."""
-    seq_len = h.train_seq_len
-    total_seqs = val.num_targets // seq_len
-    first = total_seqs * dist_info.rank // dist_info.world_size
-    last = total_seqs * (dist_info.rank + 1) // dist_info.world_size
+    bytes counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: both give the same sums."""
+    seq_len, every = h.train_seq_len, h.val_progress_log_every
+    first, last = rank_range(val.num_targets // seq_len, dist_info)
     batch_seqs = (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
 
@@ -1350,9 +1298,7 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: V
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
 
-    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
-    host_bytes = 0
-    was_training = model.training
+    sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feeder:
         for batch in feeder:
@@ -1364,19 +1310,13 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: V
                 host_bytes += int(count_target_bytes(batch.x_cpu, batch.y_cpu, val.tables_cpu).sum())
             else:
                 sums[2] += count_target_bytes(batch.x, batch.y, val.tables).sum().double()
-            log_val_progress(h, dist_info, logger, batch, sums)
+            if logger is not None and every > 0 and ((batch.index + 1) % every == 0 or batch.index + 1 == batch.total):
+                logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
+                           % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(),
+                              int(sums[1].item())))
     sums[2] += host_bytes
-    all_reduce_(sums, dist_info, "sum")
     model.train(was_training)
-    return bits_per_byte(*sums.tolist())
-
-
-def log_val_progress(h: Hyperparameters, dist_info: DistInfo, logger: Optional["Logger"], batch, sums: Tensor) -> None:
-    every = h.val_progress_log_every
-    if logger is None or every <= 0 or not ((batch.index + 1) % every == 0 or batch.index + 1 == batch.total):
-        return
-    logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
-               % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(), int(sums[1].item())))
+    return reduced_loss_and_bpb(sums, dist_info)
 
 
 # ==== 8. ARTIFACT AND FINAL EVALUATION ====
@@ -1393,12 +1333,8 @@ INT8_CLIP_QUANTILE = 0.9999984
 RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
 TTT_LOG_EVERY_CHUNKS = 10
 # Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
-BANK_LAYOUT = {
-    "qo_bank": ("attn.c_q.weight", "attn.proj.weight"),
-    "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
-    "mlp_up_bank": ("mlp.fc.weight",),
-    "mlp_down_bank": ("mlp.proj.weight",),
-}
+BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
+               "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
 
 
 class ArtifactTooLargeError(RuntimeError):
@@ -1409,52 +1345,9 @@ def control_tensor_patterns(h) -> tuple:
     return tuple(part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip())
 
 
-def eval_config_errors(h) -> list:
-    """Errors of this section's fields; the core's validate() raises them together with its own (which already
-    checks EMA_DECAY and SWA_EVERY)."""
-    errors = []
-    length = h.effective_eval_seq_len
-    if not 0 < h.eval_stride <= length:
-        errors.append(f"EVAL_STRIDE={h.eval_stride} must be in [1, {length}] (the eval window length)")
-    for name in ("eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs", "ttt_epochs"):
-        if getattr(h, name) < 1:
-            errors.append(f"{name.upper()}={getattr(h, name)} must be >= 1")
-    if h.ttt_enabled and h.ttt_chunk_tokens < length:
-        errors.append(f"TTT_CHUNK_TOKENS={h.ttt_chunk_tokens} must be >= the eval window length {length}: "
-                      "a shorter chunk holds no training sequence")
-    if not 0 <= h.ttt_freeze_blocks <= h.num_layers:
-        errors.append(f"TTT_FREEZE_BLOCKS={h.ttt_freeze_blocks} must be in [0, NUM_LAYERS={h.num_layers}]")
-    if not h.ttt_lr > 0.0:
-        errors.append(f"TTT_LR={h.ttt_lr} must be > 0")
-    if not 0.0 <= h.ttt_momentum < 1.0:
-        errors.append(f"TTT_MOMENTUM={h.ttt_momentum} must be in [0, 1)")
-    if not h.ttt_grad_clip > 0.0:
-        errors.append(f"TTT_GRAD_CLIP={h.ttt_grad_clip} must be > 0")
-    patterns = h.control_tensor_name_patterns
-    if patterns and any(not part.strip() for part in patterns.split(",")):
-        errors.append(f"CONTROL_TENSOR_NAME_PATTERNS={h.control_tensor_name_patterns!r} has an empty entry")
-    return errors
-
-
-def ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
-
-
-def rank_range(count: int, dist_info) -> tuple:
-    """This rank's contiguous share [count*r/W, count*(r+1)/W) of `count` items."""
-    return (count * dist_info.rank // dist_info.world_size, count * (dist_info.rank + 1) // dist_info.world_size)
-
-
-# ---- weight averages (SPEC §6) ----
-
-def apply_weight_average(h, logger, model: nn.Module, averages) -> str:
-    """Loads the end-of-run average from the core's WeightAverages into `model` (strict, each tensor cast to its
-    own dtype) and returns which one: "swa", "ema", or "raw" (EMA_ENABLED=0 and no SWA: trained weights kept).
-
-    EMA by default (the record). With SWA_ENABLED and at least one snapshot, the mean of the SWA snapshots (the
-    trained weights every SWA_EVERY steps once the LR scale is < 0.2) replaces the EMA; the record computed
-    that sum and dropped it.
-    """
+def apply_weight_average(h, logger, model: nn.Module, averages: WeightAverages) -> str:
+    """Load the end-of-run average into `model` (strict, own dtypes): "swa" (the snapshots' mean, which the record
+    computed and dropped), else "ema" (the record), or "raw" (EMA_ENABLED=0 and no SWA: trained weights)."""
     if averages.swa_enabled and averages.swa_count == 0:
         logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
     if averages.swa_enabled and averages.swa_count > 0:
@@ -1471,35 +1364,27 @@ def apply_weight_average(h, logger, model: nn.Module, averages) -> str:
     return kind
 
 
-# ---- banks and quantization (SPEC §7) ----
+def bank_row_names(bank_name: str, num_rows: int) -> List[str]:
+    """The per-layer names of a bank's rows, in row order (BANK_LAYOUT)."""
+    parts = BANK_LAYOUT[bank_name]
+    return [f"blocks.{layer}.{part}" for part in parts for layer in range(num_rows // len(parts))]
+
 
 def unbank_state_dict(state: dict) -> dict:
     """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
     flat = {}
     for name, tensor in state.items():
-        parts = BANK_LAYOUT.get(name)
-        if parts is None:
+        if name in BANK_LAYOUT:
+            flat.update((key, tensor[row]) for row, key in enumerate(bank_row_names(name, tensor.shape[0])))
+        else:
             flat[name] = tensor
-            continue
-        num_layers = tensor.shape[0] // len(parts)
-        for part_index, part_name in enumerate(parts):
-            for layer in range(num_layers):
-                flat[f"blocks.{layer}.{part_name}"] = tensor[part_index * num_layers + layer]
     return flat
 
 
 def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
     """Inverse of unbank_state_dict, with the keys (and key order) of `banked_template`."""
-    state = {}
-    for name, like in banked_template.items():
-        parts = BANK_LAYOUT.get(name)
-        if parts is None:
-            state[name] = flat[name]
-            continue
-        num_layers = like.shape[0] // len(parts)
-        state[name] = torch.stack([flat[f"blocks.{layer}.{part_name}"]
-                                   for part_name in parts for layer in range(num_layers)])
-    return state
+    return {name: torch.stack([flat[key] for key in bank_row_names(name, like.shape[0])])
+            if name in BANK_LAYOUT else flat[name] for name, like in banked_template.items()}
 
 
 def tensor_category(name: str) -> str:
@@ -1507,9 +1392,7 @@ def tensor_category(name: str) -> str:
         return "embed"
     if ".mlp." in name:
         return "mlp"
-    if ".attn." in name or ".proj." in name:
-        return "attn"
-    return "other"
+    return "attn" if ".attn." in name or ".proj." in name else "other"
 
 
 def quantization_kind(name: str, tensor: Tensor, control_patterns: tuple) -> str:
@@ -1522,24 +1405,14 @@ def quantization_kind(name: str, tensor: Tensor, control_patterns: tuple) -> str
     return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
 
 
-def _as_rows(tensor: Tensor) -> Tensor:
-    """fp32 view as rows: a matrix keeps its rows, any other shape is a single row (one scale)."""
-    values = tensor.detach().float()
-    return values if values.ndim == 2 else values.reshape(1, -1)
-
-
 def quantize_int6_rows(weight: Tensor) -> tuple:
-    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale).
-
-    Per candidate quantile p: clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is
-    computed from that fp16 scale so q*scale is exactly what dequantizes. The first candidate with strictly
-    lower whole-tensor MSE wins. A non-matrix is one row (SPEC: amax/31; no such tensor is int6 in this model).
-    """
-    rows = _as_rows(weight)
+    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale). Per candidate quantile p:
+    clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is computed from that fp16 scale so
+    q*scale is exactly what dequantizes. The first candidate with strictly lower whole-tensor MSE wins."""
+    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
     levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
-    clips = torch.quantile(rows.abs(), levels, dim=1)  # (candidates, rows), linear interpolation
     best_error, best_q, best_scale = None, None, None
-    for clip in clips:
+    for clip in torch.quantile(rows.abs(), levels, dim=1):  # (candidates, rows), linear interpolation
         scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
         scale_column = scale.float()[:, None]
         q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
@@ -1551,7 +1424,7 @@ def quantize_int6_rows(weight: Tensor) -> tuple:
 
 def quantize_int8_rows(weight: Tensor) -> tuple:
     """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
-    rows = _as_rows(weight)
+    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)
     clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
     scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
     clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
@@ -1565,18 +1438,13 @@ def quantize_state_dict(flat_state: dict, control_patterns: tuple) -> tuple:
     tensors, meta = {}, {}
     for name, tensor in flat_state.items():
         kind = quantization_kind(name, tensor, control_patterns)
-        if kind == "passthrough":
+        if kind in ("passthrough", "passthrough_ctrl"):
             dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
-            tensors[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
-            meta[name] = kind
-        elif kind == "passthrough_ctrl":
-            tensors[name] = tensor.detach().to(device="cpu", dtype=torch.float32, copy=True)
-            meta[name] = kind
+            dtype = torch.float32 if kind == "passthrough_ctrl" else dtype
+            tensors[name], meta[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True), kind
         else:
             q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
-            tensors[name + ".q"] = q.cpu()
-            tensors[name + ".scale"] = scale.cpu()
-            meta[name] = {"type": kind}
+            tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
     return tensors, meta
 
 
@@ -1615,19 +1483,17 @@ def deserialize_artifact(blob: bytes) -> tuple:
     if not isinstance(meta, dict):
         raise ValueError("artifact: 'm' must be a dict")
     for name, kind in meta.items():
-        if kind in ("passthrough", "passthrough_ctrl"):
-            needed = (name,)
-        elif kind in ({"type": "int6"}, {"type": "int8"}):
-            needed = (name + ".q", name + ".scale")
-        else:
+        if kind not in ("passthrough", "passthrough_ctrl", {"type": "int6"}, {"type": "int8"}):
             raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
+        needed = (name,) if isinstance(kind, str) else (name + ".q", name + ".scale")
         if not all(key in tensors for key in needed):
             raise ValueError(f"artifact: missing tensors {needed} for {name}")
     return tensors, meta
 
 
 def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
-    """Logs SPEC §9 line 21 and the byte budget; over the limit is an error line, and an exception when strict."""
+    """SPEC §9 line 21 and the budget: code bytes + compressed model bytes against the decimal 16,000,000; over
+    it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
     total_bytes = artifact_bytes + code_bytes
     logger.log(f"Serialized model: {raw_model_bytes} bytes")
     logger.log(f"Code size: {code_bytes} bytes")
@@ -1654,8 +1520,7 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
         state = model.state_dict()
         torch.save(state, raw_path)
         started = time.perf_counter()
-        tensors, meta = quantize_state_dict(unbank_state_dict(state), control_tensor_patterns(h))
-        blob = serialize_artifact(tensors, meta)
+        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), control_tensor_patterns(h)))
         with open(artifact_path, "wb") as handle:
             handle.write(blob)
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
@@ -1665,23 +1530,20 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
 
 
 def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
-    """Reads the artifact into a fresh model from make_model() (the core's dtype recipe), loaded strictly."""
+    """Reads the artifact into a fresh model from make_model() (the dtype recipe), loaded strictly."""
     with open(artifact_path, "rb") as handle:
         tensors, meta = deserialize_artifact(handle.read())
     model = make_model()
     template = model.state_dict()
     flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
     model.load_state_dict(rebank_state_dict(flat, template), strict=True)
-    model.eval()
-    return model
+    return model.eval()
 
-
-# ---- sliding-window scoring (SPEC §8, §0: every target exactly once) ----
 
 def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Tensor:
-    """Window 0 scores targets [0, window_len); window ws > 0 scores [ws+window_len-stride, ws+window_len), so the
-    runs tile [0, num_targets) once. Starts whose run would begin past the end are not made (the record's 31
-    tail windows re-scored its last 64 targets)."""
+    """SPEC §8, every target exactly once: window 0 scores targets [0, window_len), window ws > 0 scores
+    [ws+window_len-stride, ws+window_len), so the runs tile [0, num_targets) once. Starts whose run would begin
+    past the end are not made (the record's 31 tail windows re-scored its last 64 targets)."""
     later_windows = max(0, ceil_div(num_targets - window_len, stride))
     return torch.arange(later_windows + 1, dtype=torch.int64) * stride
 
@@ -1692,12 +1554,8 @@ def window_first_scored(window_starts: Tensor, window_len: int, stride: int) -> 
 
 
 def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stride: int) -> tuple:
-    """-> x, y (B, seq_len) int64 and score_mask (B, seq_len) bool, on tokens' device.
-
-    tokens holds num_targets + 1 ids (target j is tokens[j + 1]). Positions past the end are zero-padded and
-    unscored; causal attention keeps them from touching scored positions. A start >= num_targets is an empty
-    padding window (all unscored), which keeps batch shapes fixed.
-    """
+    """-> x, y (B, seq_len) int64, score_mask bool; target j is tokens[j + 1]. Positions past the end are zero
+    and unscored (causal attention keeps them from scored ones); a start >= num_targets is all padding."""
     num_targets = tokens.numel() - 1
     positions = window_starts[:, None] + torch.arange(seq_len, device=tokens.device)
     inside = positions < num_targets
@@ -1708,47 +1566,23 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     return x, y, score_mask
 
 
-@dataclass
-class ScoreSums:
-    """fp64 sums of one eval on the device; added to without host syncs."""
-    nll_sum: Tensor
-    target_count: Tensor
-    byte_count: Tensor
-
-    @classmethod
-    def zeros(cls, device: torch.device) -> "ScoreSums":
-        return cls(*(torch.zeros((), dtype=torch.float64, device=device) for _ in range(3)))
-
-    def loss_and_bpb(self, dist_info) -> tuple:
-        """(val_loss, val_bpb) over all ranks; a collective, so every rank calls it at the same points."""
-        totals = torch.stack([self.nll_sum, self.target_count, self.byte_count])
-        all_reduce_(totals, dist_info, op="sum")
-        return bits_per_byte(*totals.tolist())
-
-
-def device_tokens(validation_data, device: torch.device) -> Tensor:
-    """The validation tokens as one int32 tensor on the device: scoring batches are gathered from it in place,
-    so sliding and TTT need no per-batch host work or host->device copies (~4 bytes/token of device memory)."""
+def device_tokens(validation_data: ValidationData, device: torch.device) -> Tensor:
+    """The val tokens as one int32 device tensor: sliding and TTT batches are gathered from it, no H2D copies."""
     return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
 
 
 def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
-    """The scoring forward (ids -> hidden states), compiled once per model under TORCH_COMPILE: every call has
-    the shape (eval_batch_seqs, window length), so neither sliding nor TTT scoring recompiles (SPEC §11.12)."""
-    if h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda):
+    """ids -> hidden states, compiled once per model; every call has one shape, so scoring never recompiles."""
+    if compile_enabled(h, dist_info):
         return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
     return model.forward_hidden
 
 
-def score_windows(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
-                  window_starts: Tensor, window_len: int, stride: int, sums: ScoreSums,
-                  recorder: Optional[Callable] = None, tag: int = -1) -> None:
-    """Adds the scored targets of `window_starts` (CPU, this rank's) to `sums`. Call under inference_mode.
-
-    Only scored positions reach the output projection: window 0 scores all of its positions, any other window
-    at most its last `stride`, so a batch without window 0 projects just hidden[:, -stride:].
-    recorder("score", tag, target indices, their nll) is instrumentation for tests.
-    """
+def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
+                  stride: int, sums: Tensor, recorder: Optional[Callable] = None, tag: int = -1) -> None:
+    """Adds the scored targets of `window_starts` (CPU, this rank's) to the fp64 [nll, targets, bytes] `sums`
+    without host syncs. Call under inference_mode. Only scored positions reach the output projection: a batch
+    without window 0 projects just hidden[:, -stride:]. recorder("score", tag, targets, nll) is for tests."""
     batch_seqs = h.eval_batch_seqs
     num_targets = tokens.numel() - 1
     padding = -window_starts.numel() % batch_seqs
@@ -1758,13 +1592,12 @@ def score_windows(h, dist_info, model: nn.Module, hidden_forward: Callable, toke
         batch_starts = device_starts[begin:begin + batch_seqs]
         x, y, score_mask = build_window_batch(tokens, batch_starts, window_len, stride)
         with autocast_context(dist_info):
-            hidden = hidden_forward(x)
-            logits = model.logits_from_hidden(hidden[:, first_position:])
+            logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
         x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
         nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-        sums.nll_sum += torch.where(score_mask, nll.double(), 0.0).sum()
-        sums.target_count += score_mask.sum()
-        sums.byte_count += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+        sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
+        sums[1] += score_mask.sum()
+        sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
         if recorder is not None:
             positions = batch_starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
             recorder("score", tag, positions[score_mask].cpu(), nll[score_mask].cpu())
@@ -1772,29 +1605,24 @@ def score_windows(h, dist_info, model: nn.Module, hidden_forward: Callable, toke
 
 def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
                         stride: int, window_len: Optional[int] = None, recorder: Optional[Callable] = None) -> tuple:
-    """Sliding-window (val_loss, val_bpb) of `model` over `tokens` (from device_tokens); windows of window_len
-    (default: the eval length) split by rank in contiguous ranges. With stride == window_len this is the plain
-    eval (non-overlapping sequences, every position scored)."""
+    """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split by rank in contiguous
+    ranges. With stride == window_len this is the plain eval (every position scored once)."""
     window_len = window_len or h.effective_eval_seq_len
     starts = sliding_window_starts(tokens.numel() - 1, window_len, stride)
     begin, end = rank_range(starts.numel(), dist_info)
-    sums = ScoreSums.zeros(dist_info.device)
+    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
     with torch.inference_mode():
         score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], window_len, stride,
                       sums, recorder)
-    return sums.loss_and_bpb(dist_info)
+    return reduced_loss_and_bpb(sums, dist_info)
 
 
 def plain_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
-    """SPEC §8 plain eval (non-overlapping TRAIN_SEQ_LEN sequences) through the scoring forward, so the post-average
-    and round-trip evals share its single compile with the sliding and TTT evals (equal to the core's
-    plain_eval up to fp summation order)."""
+    """SPEC §8 plain eval through the scoring forward, sharing its compile (= plain_eval up to fp sum order)."""
     return sliding_window_eval(h, dist_info, model, hidden_forward, tokens, tables, h.train_seq_len,
                                h.train_seq_len)
 
-
-# ---- legal score-first TTT (SPEC §8) ----
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
                              chunk_tokens: int) -> list:
@@ -1806,12 +1634,9 @@ def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int
 
 
 def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
-    """-> (trainable params, {param index: frozen bank rows}, frozen element count).
-
-    Blocks 0..k-1 are frozen whole: their own tensors by requires_grad, their rows of the shared banks by
-    zeroing those gradient rows after the all-reduce (SGD without weight decay then never moves them, momentum
-    included). The record froze only the per-block gains (SPEC §11.7).
-    """
+    """-> (trainable params, {param index: frozen bank rows}, frozen element count). Blocks 0..k-1 are frozen
+    whole: their own tensors by requires_grad, their rows of the shared banks by zeroing those gradient rows after
+    the all-reduce (SGD without weight decay then never moves them). The record froze only the per-block gains."""
     frozen_names = tuple(f"blocks.{layer}." for layer in range(freeze_blocks))
     trainable, frozen_bank_rows, frozen_count = [], {}, 0
     for name, param in model.named_parameters():
@@ -1864,8 +1689,8 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
 
 def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
              recorder: Optional[Callable] = None) -> tuple:
-    """Legal score-first TTT: for each chunk, score its windows under inference_mode with the current weights,
-    then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
+    """Legal score-first TTT (SPEC §8): for each chunk, score its windows under inference_mode with the current
+    weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
     started = time.perf_counter()
     window_len, stride = h.effective_eval_seq_len, h.eval_stride
     num_targets = tokens.numel() - 1
@@ -1878,7 +1703,7 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     total_count = sum(param.numel() for param in model.parameters())
     logger.log(f"ttt_sliding:params unfrozen={total_count - frozen_count} frozen={frozen_count}")
     optimizer = torch.optim.SGD(trainable, lr=h.ttt_lr, momentum=h.ttt_momentum)
-    sums = ScoreSums.zeros(dist_info.device)
+    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     last_chunk = len(chunks) - 1
     model.eval()
     for chunk_index, chunk_starts in enumerate(chunks):
@@ -1888,26 +1713,23 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
                           window_len, stride, sums, recorder, chunk_index)
         if chunk_index < last_chunk:
             chunk_begin = chunk_index * h.ttt_chunk_tokens
-            lr = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
             train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
                            min(chunk_begin + h.ttt_chunk_tokens, num_targets), recorder, chunk_index)
         if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
             # Running bpb over all ranks (the record printed rank 0's share, which can be empty early on).
-            running_bpb = sums.loss_and_bpb(dist_info)[1]
+            running_bpb = reduced_loss_and_bpb(sums, dist_info)[1]
             logger.log(f"  ttt_chunk [{chunk_index + 1}/{len(chunks)}] bpb={running_bpb:.6f} "
                        f"time={time.perf_counter() - started:.1f}s")
     for param in model.parameters():
         param.requires_grad_(True)
         param.grad = None
-    val_loss, val_bpb = sums.loss_and_bpb(dist_info)
+    val_loss, val_bpb = reduced_loss_and_bpb(sums, dist_info)
     logger.log(f"ttt_sliding:done val_loss={val_loss:.6f} val_bpb={val_bpb:.6f} "
                f"elapsed={time.perf_counter() - started:.1f}s")
     return val_loss, val_bpb
 
-
-# ---- orchestration ----
 
 def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "") -> tuple:
     """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`."""
@@ -1957,116 +1779,71 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, valid
 
 
 # ==== 9. TRAINING ====
-def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """Choose the attention kernel once: FA3 on Hopper when importable, else the fastest SDPA backend that passes
-    a fwd+bwd probe (cuDNN first on Hopper: 2.48 vs 3.84 ms for flash at the record's shapes on H100).
-    ATTN_BACKEND forces one (and fails loudly if it cannot run). Returns (backend, reason)."""
-    if not dist_info.is_cuda:
-        if h.attn_backend not in ("auto", "math"):
-            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
-        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
-    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
-    if h.attn_backend != "auto":
-        candidates = [h.attn_backend]
-    else:
-        candidates = (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"]) + ["efficient", "math"]
-    failures = []
-    head_dim = h.model_dim // h.num_heads
-    for backend in candidates:
-        try:
-            _probe_attention(backend, h.train_seq_len, h.num_heads, head_dim, dist_info.device)
-            reason = "forced by ATTN_BACKEND" if h.attn_backend != "auto" else "auto"
-            return backend, "; ".join([reason] + failures)
-        except Exception as exc:  # the probe is the test of availability; every failure is reported
-            failures.append("%s unavailable (%s)" % (backend, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__))
-            if h.attn_backend != "auto":
-                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
-    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
-
-
 _SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
                "efficient": (False, False, True, False), "math": (False, False, False, True)}
 
 
-def _set_sdpa_backend(backend: str) -> None:
-    cudnn, flash, efficient, math_ = _SDPA_FLAGS.get(backend, (False, False, False, False))
-    torch.backends.cuda.enable_cudnn_sdp(cudnn)
-    torch.backends.cuda.enable_flash_sdp(flash)
-    torch.backends.cuda.enable_mem_efficient_sdp(efficient)
-    torch.backends.cuda.enable_math_sdp(math_)
+def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """(backend, reason), chosen once: FA3 on Hopper, else the first SDPA backend passing a fwd+bwd probe (cuDNN
+    first on Hopper: 2.48 vs 3.84 ms for flash on H100). ATTN_BACKEND forces one, failing loudly."""
+    if not dist_info.is_cuda:
+        if h.attn_backend not in ("auto", "math"):
+            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
+        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
+    forced = h.attn_backend != "auto"
+    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
+    candidates = [h.attn_backend] if forced else (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"])
+    failures = []
+    for backend in candidates + ([] if forced else ["efficient", "math"]):
+        try:
+            _probe_attention(backend, h.train_seq_len, h.num_heads, h.model_dim // h.num_heads, dist_info.device)
+            return backend, "; ".join(["forced by ATTN_BACKEND" if forced else "auto"] + failures)
+        except Exception as exc:  # the probe is the test of availability; every failure is reported
+            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            failures.append("%s unavailable (%s)" % (backend, message))
+            if forced:
+                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
+    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
 
 
 def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
+    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled."""
     if backend == "fa3":
         if _flash_attn_func is None:
             raise ImportError("flash_attn_interface not importable")
         if torch.cuda.get_device_capability(device)[0] != 9:
             raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
     else:
-        _set_sdpa_backend(backend)
+        cudnn, flash, efficient, math_sdp = _SDPA_FLAGS.get(backend, (False, False, False, False))
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        torch.backends.cuda.enable_flash_sdp(flash)
+        torch.backends.cuda.enable_mem_efficient_sdp(efficient)
+        torch.backends.cuda.enable_math_sdp(math_sdp)
     q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
     torch.cuda.synchronize(device)
 
 
-def maybe_compile(h: Hyperparameters, dist_info: DistInfo, model: nn.Module) -> Tuple[nn.Module, bool]:
-    enabled = h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda)
-    return (torch.compile(model, dynamic=False, fullgraph=True) if enabled else model), enabled
-
-
-def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, timer: "PhaseTimer") -> Tensor:
+def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps = dist_info.grad_accum_steps
     total = torch.zeros((), device=dist_info.device)
     for _ in range(steps):
         x, y = loader.next_batch()
-        timer.mark("batch")
+        mark("batch")
         with autocast_context(dist_info):
             loss = model(x, y)
-        timer.mark("forward")
+        mark("forward")
         (loss / steps).backward()
-        timer.mark("backward")
+        mark("backward")
         total += loss.detach()
     return total / steps
 
 
-class PhaseTimer:
-    """TRAINING_TIMING_BREAKDOWN: events on the compute stream at phase boundaries (on the CPU, host clocks).
-    Nothing synchronises until a breakdown line is due, so prefetch and copy overlap stay on while measuring.
-    A phase's time is the device time between the previous mark and its own, idle waiting included: `batch`
-    is therefore what the compute stream actually spent waiting for / copying its data."""
-
-    def __init__(self, enabled: bool, device: torch.device):
-        self.enabled, self.cuda = enabled, device.type == "cuda"
-        self.marks: List[Tuple[str, object]] = []
-
-    def mark(self, phase: str) -> None:
-        if not self.enabled:
-            return
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-        else:
-            event = time.perf_counter()
-        self.marks.append((phase, event))
-
-    def totals_ms(self) -> Dict[str, float]:
-        """Milliseconds per phase since the first mark; clears the marks (synchronises on CUDA)."""
-        totals: Dict[str, float] = {}
-        if self.cuda and self.marks:
-            self.marks[-1][1].synchronize()
-        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
-            elapsed = start.elapsed_time(end) if self.cuda else 1000.0 * (end - start)
-            totals[phase] = totals.get(phase, 0.0) + elapsed
-        self.marks = []
-        return totals
-
-
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
                       optimizers: Optimizers, make_loader) -> None:
-    """Run WARMUP_STEPS real steps so compilation and NCCL set-up happen off the clock, then restore the model and
-    optimizer state exactly. The loader is closed and the caller builds a fresh one, so the token stream
-    restarts at offset 0 (SPEC §3). Base LRs, final momentum, no clipping, as the record."""
+    """WARMUP_STEPS real steps (base LRs, final momentum, no clipping) so compiling happens off the clock, then
+    an exact restore of model and optimizers; the caller builds a fresh loader, restarting the stream (SPEC §3)."""
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
@@ -2075,7 +1852,7 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     try:
         for k in range(1, h.warmup_steps + 1):
             optimizers.zero_grad()
-            run_micro_steps(dist_info, model, loader, PhaseTimer(False, dist_info.device))
+            run_micro_steps(dist_info, model, loader, lambda phase: None)
             optimizers.set_schedule(1.0, h.muon_momentum)
             optimizers.step()
             if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
@@ -2087,31 +1864,48 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     optimizers.zero_grad()
 
 
-def sync_device(dist_info: DistInfo) -> None:
-    if dist_info.is_cuda:
-        torch.cuda.synchronize(dist_info.device)
-
-
 class TrainTelemetry:
     """Data wait (always: host time blocked on the loader + device time the compute stream waited for its
-    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps."""
+    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps. Phases are
+    marked by events on the compute stream (host clocks on the CPU) and nothing synchronises until a line is
+    due, so prefetch and copy overlap stay on while measuring. A phase runs from the previous mark to its own,
+    idle waiting included: `batch` is what the compute stream actually spent waiting for / copying its data."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
         self.h, self.dist_info, self.logger = h, dist_info, logger
-        self.timer = PhaseTimer(h.training_timing_breakdown, dist_info.device)
-        self.step_host_wait_ms, self.wait_pairs = 0.0, []
-        self.total_wait_ms, self.val_ms = 0.0, 0.0
+        self.enabled, self.marks = h.training_timing_breakdown, []  # marks: (phase, CUDA event or host time)
+        self.wait_pairs, self.total_wait_ms, self.val_ms = [], 0.0, 0.0
+
+    def mark(self, phase: str) -> None:
+        if not self.enabled:
+            return
+        if self.dist_info.is_cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        else:
+            event = time.perf_counter()
+        self.marks.append((phase, event))
+
+    def phase_totals_ms(self) -> Dict[str, float]:
+        """Milliseconds per phase since the first mark; clears the marks (synchronises on CUDA)."""
+        totals: Dict[str, float] = {}
+        if self.dist_info.is_cuda and self.marks:
+            self.marks[-1][1].synchronize()
+        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
+            elapsed = start.elapsed_time(end) if self.dist_info.is_cuda else 1000.0 * (end - start)
+            totals[phase] = totals.get(phase, 0.0) + elapsed
+        self.marks = []
+        return totals
 
     def end_step(self, step: int, loader) -> None:
         host_ms, pairs = loader.take_wait_stats()
-        self.step_host_wait_ms, self.total_wait_ms = host_ms, self.total_wait_ms + host_ms
+        self.total_wait_ms += host_ms
         self.wait_pairs.extend(pairs)
-        due = step <= 10 or step % self.h.training_timing_every == 0
-        if not self.timer.enabled or not due:
-            self.timer.marks = []
+        if not self.enabled or not (step <= 10 or step % self.h.training_timing_every == 0):
+            self.marks = []
             return
         read_start = time.perf_counter()
-        phases = self.timer.totals_ms()
+        phases = self.phase_totals_ms()
         device_wait_ms = self.drain()
         micro = self.dist_info.grad_accum_steps
         self.logger.log(
@@ -2133,32 +1927,15 @@ class TrainTelemetry:
 
     def summary(self, steps: int, train_ms: float) -> None:
         self.drain()
-        self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f"
-                        % (self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
-
-
-def train_step(h: Hyperparameters, dist_info: DistInfo, base_model: GPT, model: nn.Module, optimizers: Optimizers,
-               loader, timer: PhaseTimer, scale: float, step: int) -> Tensor:
-    timer.mark("start")
-    optimizers.zero_grad()
-    train_loss = run_micro_steps(dist_info, model, loader, timer)
-    optimizers.set_schedule(scale, muon_momentum_at(h, step))
-    if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
-        torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
-    timer.mark("grad_clip")
-    optimizers.step()
-    timer.mark("optimizer")
-    optimizers.zero_grad()
-    return train_loss
+        self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
+            self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
 
 
 def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
           optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
-    averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
-    loader = make_loader()
-    cap_ms = h.max_wallclock_ms
+    averages, telemetry, loader = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger), make_loader()
     train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
     sync_device(dist_info)
     t0 = time.perf_counter()
@@ -2177,14 +1954,24 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 telemetry.val_ms += 1000.0 * (t0 - val_start)  # charged to the next breakdown line
             if last_step:
                 if stop_after_step is not None and step < h.iterations:
-                    logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
+                    logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d"
+                               % (train_ms, step, h.iterations))
                 break
             scale = lr_scale_at(h, step, train_ms + 1000.0 * (time.perf_counter() - t0))
             if not qat_on and h.late_qat_threshold > 0 and scale < h.late_qat_threshold:
                 qat_on = True
                 base_model.set_qat(True)
                 logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
-            train_loss = train_step(h, dist_info, base_model, model, optimizers, loader, telemetry.timer, scale, step)
+            telemetry.mark("start")
+            optimizers.zero_grad()
+            train_loss = run_micro_steps(dist_info, model, loader, telemetry.mark)
+            optimizers.set_schedule(scale, muon_momentum_at(h, step))
+            if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
+                torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
+            telemetry.mark("grad_clip")
+            optimizers.step()
+            telemetry.mark("optimizer")
+            optimizers.zero_grad()
             averages.update_ema()
             step += 1
             approx_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
@@ -2196,7 +1983,8 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
                 telemetry.drain()
-            reached = torch.tensor(float(cap_ms is not None and approx_ms >= cap_ms), device=dist_info.device)
+            capped = h.max_wallclock_ms is not None and approx_ms >= h.max_wallclock_ms
+            reached = torch.tensor(float(capped), device=dist_info.device)
             if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
                 stop_after_step = step
     finally:
@@ -2218,11 +2006,30 @@ def load_tokenizer(h: Hyperparameters):
     return sp
 
 
-def log_run_summary(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, backend: str,
-                    reason: str, compiled: bool) -> None:
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
+    log_run_header(logger, h, code, environ)
+    val = load_validation_data(h, load_tokenizer(h), dist_info.device)
+    logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
+    logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
+                                                            len(list_shards(h.train_files, "train"))))
+    logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
+    if dist_info.is_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    backend, reason = select_attention_backend(h, dist_info)
+
+    def make_model() -> GPT:
+        fresh = build_model(h, dist_info.device)
+        fresh.set_attention_backend(backend)
+        return fresh
+
+    base_model, compiled = make_model(), compile_enabled(h, dist_info)
+    if h.qat_enabled:
+        base_model.set_qat(True)
+    model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
     logger.log("model_params:%d" % sum(p.numel() for p in base_model.parameters()))
-    logger.log("XSA:last_%d active_layers:%s" % (h.xsa_last_n, [b_i for b_i, b in enumerate(base_model.blocks)
-                                                                 if b.attn.use_xsa]))
+    logger.log("XSA:last_%d active_layers:%s"
+               % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]))
     logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
     logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
     logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
@@ -2232,29 +2039,9 @@ def log_run_summary(h: Hyperparameters, dist_info: DistInfo, logger: Logger, bas
     logger.log("train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
                % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds))
     logger.log("seed:%d" % h.seed)
-
-
-def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
-    log_run_header(logger, h, code, environ)
-    sp = load_tokenizer(h)
-    val = load_validation_data(h, sp, dist_info.device)
-    logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
-    logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
-                                                            len(list_shards(h.train_files, "train"))))
-    logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
-    if dist_info.is_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    backend, reason = select_attention_backend(h, dist_info)
-    base_model = build_model(h, dist_info.device)
-    base_model.set_attention_backend(backend)
-    if h.qat_enabled:
-        base_model.set_qat(True)
-    model, compiled = maybe_compile(h, dist_info, base_model)
-    log_run_summary(h, dist_info, logger, base_model, backend, reason, compiled)
     optimizers = Optimizers(h, base_model, dist_info)
 
-    def make_loader():
+    def make_loader() -> DeviceBatchFeed:
         return make_train_loader(h, dist_info, logger)
 
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
@@ -2262,26 +2049,18 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
-
-    if not h.final_eval:
-        return
-
-    def make_model():
-        fresh = build_model(h, dist_info.device)
-        fresh.set_attention_backend(backend)
-        return fresh
-
-    run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model)
+    if h.final_eval:
+        run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model)
 
 
+@record  # under torchrun, the failing rank's traceback becomes the job's reported root cause
 def main() -> int:
     environ = dict(os.environ)
-    first_rank = environ.get("RANK", "0") == "0"
     try:
         h = Hyperparameters.from_env(environ)
         h.validate_for_world(int(environ.get("WORLD_SIZE", "1")))
     except ConfigError as exc:
-        if first_rank:
+        if environ.get("RANK", "0") == "0":
             print("error: " + str(exc), file=sys.stderr, flush=True)
         return 2
     with open(__file__, "r", encoding="utf-8") as handle:

@@ -30,6 +30,8 @@ def test_one_rank_failing_mid_run_ends_the_job_with_its_error(tiny_data, tmp_pat
     text = out.stdout + out.stderr
     assert out.returncode != 0
     assert "[rank1]: ShardFormatError" in text and str(broken) in text and "bad magic 99" in text
+    root_cause = text[text.index("Root Cause"):]
+    assert "rank      : 1" in root_cause and "ShardFormatError" in root_cause  # torchrun blames the right rank
     assert "step:3/200 train_loss" in text  # it failed mid-run, not at start-up
     assert "step:200/200" not in text
     assert elapsed < 120, elapsed

@@ -84,6 +84,7 @@ def test_parses_with_python_310_grammar():
 def test_import_has_no_side_effects(tmp_path):
     probe = r"""
 import os, socket, sys, torch, torch.distributed as dist
+import torch.distributed.elastic.multiprocessing.errors  # torch's own env reads (LOGLEVEL) happen here, not ours
 reads = []
 class Recorder(dict):
     def __getitem__(self, k): reads.append(k); return dict.__getitem__(self, k)
