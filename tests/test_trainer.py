@@ -284,3 +284,17 @@ def test_warmup_rewind_restores_model_and_optimizer_exactly(tgpt, tiny_data):
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert all(len(opt.state) == 0 for opt in optimizers.all)
+
+
+def test_every_setting_named_in_run_sh_and_record_readmes_is_a_field(tgpt):
+    """A `NAME=value` in run.sh or a record's run command that no field reads would silently change nothing (the
+    record's README set EMA_ENABLED/LATE_QAT that its script never read)."""
+    fields = {f.name.upper() for f in tgpt.dataclasses.fields(tgpt.Hyperparameters)}
+    launcher = {"NPROC", "RUN_ID", "PYTHON", "GPUS", "SEED", "RANK", "WORLD_SIZE"}
+    sources = [REPO / "run.sh"] + sorted((REPO / "records").glob("*/*/README.md"))
+    checked = 0
+    for path in sources:
+        for name in re.findall(r"\b([A-Z][A-Z0-9_]{2,})=", path.read_text(encoding="utf-8")):
+            checked += 1
+            assert name in fields or name in launcher, "%s sets %s, which is not a Hyperparameters field" % (path, name)
+    assert checked >= 20  # run.sh's presets alone name more than 20 settings
