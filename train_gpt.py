@@ -2069,6 +2069,7 @@ def main() -> int:
     logger = Logger(dist_info, "logs", h.run_id)
     try:
         run(h, dist_info, logger, code, environ)
+        barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
     except Exception as exc:
         logger.log("error: %s: %s" % (type(exc).__name__, exc))
         raise

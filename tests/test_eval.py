@@ -616,38 +616,38 @@ def test_compiled_scoring_does_not_recompile_and_sees_ttt_updates(ev, monkeypatc
 # ---- two gloo ranks ----
 
 RANK_WORKER = """
-import json, sys
+import json, os, sys
 import torch
 sys.path.insert(0, sys.argv[1])
 import test_eval as t
 ev = t.load_eval_module()
-dist_info = ev.init_distributed(__import__("os").environ)
+dist_info = ev.init_distributed(os.environ)
 h = t.tiny_h(ev, **json.loads(sys.argv[2]))
 model, data = t.random_model(ev, h), t.validation_data(ev, h, int(sys.argv[3]))
 results = ev.run_final_evaluation(h, dist_info, t.ListLogger(), model, ev.WeightAverages(h, model), data, 100,
                                   lambda: ev.build_model(h, torch.device("cpu")), output_dir=sys.argv[4])
-print("RESULT " + json.dumps(results), flush=True)
+with open(os.path.join(sys.argv[4], "result_%d.json" % dist_info.rank), "w") as handle:  # not stdout: ranks interleave
+    json.dump(results, handle)
+torch.distributed.barrier()  # as train_gpt.main: no rank tears down while a peer still talks to it
 torch.distributed.destroy_process_group()
+# torch 2.13 CPU: after TTT's backward passes, interpreter teardown aborts now and then ("terminate called without
+# an active exception", ~1 run in 12, results already written); skip the teardown so the test checks results only.
+os._exit(0)
 """
 
 
 def run_two_ranks(tmp_path, overrides, num_targets):
+    """Both ranks under torchrun (its agent hosts the rendezvous store, as in real runs)."""
     import json
-    import socket
     import subprocess
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    processes = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        processes.append(subprocess.Popen(
-            [sys.executable, "-c", RANK_WORKER, str(REPO / "tests"), json.dumps(overrides), str(num_targets),
-             str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [process.communicate(timeout=300)[0] for process in processes]
-    assert all(process.returncode == 0 for process in processes), outputs
-    return [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]) for out in outputs]
+    worker = tmp_path / "rank_worker.py"
+    worker.write_text(RANK_WORKER)
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
+         str(REPO / "tests"), json.dumps(overrides), str(num_targets), str(tmp_path)],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return [json.loads((tmp_path / ("result_%d.json" % rank)).read_text()) for rank in (0, 1)]
 
 
 def test_two_ranks_give_the_one_rank_results(ev, tmp_path):
