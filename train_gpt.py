@@ -1,5 +1,5 @@
 """Parameter-golf GPT trainer: one self-contained file, the counted code of a submission. Reproduces record
-2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (SPEC in the repo's README): an 11-layer GPT
+2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (README: what differs): an 11-layer GPT
 (d=512, GQA 8/4, partial RoPE, XSA, BigramHash, SmearGate, value embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP),
 banks trained with Parallel Muon, Adam for the rest, EMA/SWA and late QAT; int6+lzma artifact, legal TTT eval.
 Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is the env var named after a
