@@ -10,8 +10,6 @@ torch.compile, "warm" is a second call. Scores: ours counts every target once; t
 last 64 targets in its tail windows, so its score differs slightly (SPEC §11.8)."""
 import argparse
 import dataclasses
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
@@ -19,15 +17,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainer_module import load_trainer
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def load_trainer():
-    spec = importlib.util.spec_from_file_location("train_gpt", REPO / "train_gpt.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_gpt"] = module
-    spec.loader.exec_module(module)
-    return module, module.Hyperparameters
 
 
 def random_model(ev, h, dist_info, backend):
@@ -105,7 +97,8 @@ def main():
     parser.add_argument("--skip-ttt", action="store_true")
     parser.add_argument("--skip-record", action="store_true")
     args = parser.parse_args()
-    ev, hyperparameters = load_trainer()
+    ev = load_trainer()
+    hyperparameters = ev.Hyperparameters
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dist_info = ev.DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cuda", 0))

@@ -14,7 +14,6 @@ python bench/gpu_loader_check.py [--module train_gpt.py] [--steps 48] [--negativ
 Exit status 0 when every check passes.
 """
 import argparse
-import importlib.util
 import itertools
 import math
 import sys
@@ -26,23 +25,11 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from trainer_module import load_trainer
+
 NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "events_elapsed_ms")
 LAG_CYCLES = 2_000_000  # about 1 ms of GPU spin per batch: the compute stream falls behind the host
 SEQ_LEN = 2048
-
-
-def load_module(path: Path):
-    """Import the file that holds the data-path section; fail clearly when it lacks the section's names."""
-    if not path.is_file():
-        sys.exit(f"{path}: no such file (run from the repo root or pass --module)")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    missing = [name for name in NEEDED_NAMES if not hasattr(module, name)]
-    if missing:
-        sys.exit(f"{path} lacks the data-path section's names: {', '.join(missing)}")
-    return module
 
 
 def write_shards(directory: Path) -> None:
@@ -167,7 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_loader_check needs a CUDA device")
-    module = load_module(args.module)
+    module = load_trainer(args.module, NEEDED_NAMES)
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     print(f"device: {torch.cuda.get_device_name(device)}; torch {torch.__version__}; module {args.module}")

@@ -14,9 +14,7 @@ written to --data-dir (kept) or to a temporary folder (removed), and read from t
 python bench/loader_throughput.py [--module train_gpt.py] [--data-dir DIR] [--shard-tokens N] [--shards K]
 """
 import argparse
-import importlib.util
 import math
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,23 +23,11 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from trainer_module import load_trainer
+
 RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
 NEEDED_NAMES = ("load_data_shard", "make_train_loader", "micro_batch_layout", "sequential_host_batches",
                 "list_shards")
-
-
-def load_module(path: Path):
-    """Import the file that holds the data-path section; fail clearly when it lacks the section's names."""
-    if not path.is_file():
-        sys.exit(f"{path}: no such file (run from the repo root or pass --module)")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    missing = [name for name in NEEDED_NAMES if not hasattr(module, name)]
-    if missing:
-        sys.exit(f"{path} lacks the data-path section's names: {', '.join(missing)}")
-    return module
 
 
 def write_shards(directory: Path, shard_tokens: int, count: int) -> None:
@@ -61,7 +47,7 @@ def record_style_batches(module, paths, layout):
     """The record's DistributedTokenLoader: take(world_size*span) as a torch.cat of pieces on every rank."""
     file_index, position = 0, 0
     tokens = torch.from_numpy(module.load_data_shard(paths[0]).astype(np.uint16, copy=False))
-    shape = (layout.rows, layout.seq_len)
+    shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
     while True:
         pieces, needed = [], layout.world_size * layout.span
         while needed:
@@ -124,7 +110,7 @@ def main() -> None:
     parser.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard (record: 1e8)")
     parser.add_argument("--shards", type=int, default=3, help="number of shards")
     args = parser.parse_args()
-    module = load_module(args.module)
+    module = load_trainer(args.module, NEEDED_NAMES)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     with tempfile.TemporaryDirectory() as temporary:
         directory = args.data_dir or Path(temporary)

@@ -1,0 +1,20 @@
+"""Shared by the bench scripts: import a training script (default train_gpt.py) as a module, failing clearly
+when the file is missing or lacks the names a benchmark needs."""
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
+    if not path.is_file():
+        sys.exit(f"{path}: no such file (run from the repo root or pass --module)")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # before exec: @dataclass resolves annotations through sys.modules
+    spec.loader.exec_module(module)
+    missing = [name for name in needed if not hasattr(module, name)]
+    if missing:
+        sys.exit(f"{path} lacks the names this benchmark needs: {', '.join(missing)}")
+    return module
