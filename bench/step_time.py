@@ -90,6 +90,8 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    parser.add_argument("--loss-at", type=int, nargs="+", default=[100, 200],
+                        help="steps whose train loss the table shows (logged every 10 steps)")
     parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "step_time")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,10 +113,10 @@ def main() -> int:
     print("\nsteps=%d nproc=%d model FLOPs/step at the env's shape=%.3g; logs in %s"
           % (args.steps, args.nproc, step_flops(dict(os.environ)), args.out_dir))
     print("%-34s %-14s %11s %12s %6s %9s %13s %s" % ("script", "config", "step_avg_ms", "tokens/s", "MFU",
-                                                      "peak_MiB", "data_wait_ms", "loss@10/100"))
+                                                      "peak_MiB", "data_wait_ms", "loss@" + "/".join(map(str, args.loss_at))))
     for script, label, result, tokens_per_s, mfu in rows:
         wait = "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"]
-        losses = "/".join(str(result["loss"].get(s)) for s in (10, 100))
+        losses = "/".join(str(result["loss"].get(s, "-")) for s in args.loss_at)
         print("%-34s %-14s %11.2f %12.0f %5.1f%% %9s %13s %s" % (
             script[-34:], label, result["step_avg"], tokens_per_s, 100 * mfu, result["peak_mib"], wait, losses))
     return 0

@@ -1,0 +1,171 @@
+"""Forward+backward time of one training micro-step of the compiled model, for code variants of train_gpt.py's
+model that keep the math (the step-time work of bench/NOTES.md): each variant patches functions of the loaded
+module, compiles the model as `train` does and times micro-steps on random tokens at the configured shape
+(record config by default). The first loss of each variant is printed next to the baseline's: same weights and
+tokens, so they may differ only by bf16 rounding.
+
+  python bench/model_variants.py                       # all variants
+  python bench/model_variants.py --variants base gqa   # some
+
+Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection, and so on (see VARIANTS).
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_step import family  # noqa: E402
+from trainer_module import REPO, load_trainer  # noqa: E402
+
+
+def gqa_attention(tg):
+    original = tg.causal_attention
+
+    def causal_attention(q, k, v, backend):
+        if backend == "fa3":
+            return original(q, k, v, backend)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=q.size(1) != k.size(1)).transpose(1, 2)
+    tg.causal_attention = causal_attention
+
+
+def fused_qkv(tg, gain_before_rope: bool = False):
+    def forward(self, x, w_q, w_k, w_v, w_o, rope, value_embed):
+        batch, seq_len, _ = x.shape
+        q_dim, kv_dim = w_q.size(0), w_k.size(0)
+        qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
+        q, k, v = qkv.split((q_dim, kv_dim, kv_dim), dim=-1)
+        q = q.view(batch, seq_len, self.num_heads, self.head_dim)
+        k = k.view(batch, seq_len, self.num_kv_heads, self.head_dim)
+        if value_embed is not None:
+            v = v + value_embed
+        v = v.reshape(batch, seq_len, self.num_kv_heads, self.head_dim)
+        if gain_before_rope:
+            q = tg.apply_partial_rotary(tg.rms_norm(q) * self.q_gain.to(q.dtype)[None, None, :, None], *rope)
+        else:
+            q = tg.apply_partial_rotary(tg.rms_norm(q), *rope) * self.q_gain.to(q.dtype)[None, None, :, None]
+        k = tg.apply_partial_rotary(tg.rms_norm(k), *rope)
+        y = tg.causal_attention(q, k, v, self.backend)
+        if self.use_xsa:
+            group = self.num_heads // self.num_kv_heads
+            y = y.view(batch, seq_len, self.num_kv_heads, group, self.head_dim)
+            v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
+            y = y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit
+        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
+    tg.CausalSelfAttention.forward = forward
+
+
+def inductor_flag(name: str, value):
+    def patch(tg):
+        import torch._inductor.config as inductor_config
+        setattr(inductor_config, name, value)
+    return patch
+
+
+def compile_mode(mode: str):
+    def patch(tg):
+        tg.COMPILE_MODE = mode  # read by run_variant
+    return patch
+
+
+VARIANTS = {
+    "base": [],
+    "gqa": [gqa_attention],
+    "qkv": [fused_qkv],
+    "gqa_qkv": [gqa_attention, fused_qkv],
+    "gqa_qkv_gain": [gqa_attention, lambda tg: fused_qkv(tg, gain_before_rope=True)],
+    "cdt": [inductor_flag("coordinate_descent_tuning", True)],
+    "autotune": [compile_mode("max-autotune-no-cudagraphs")],
+}
+
+
+def run_variant(name: str, args) -> tuple:
+    tg = load_trainer(args.module)  # a fresh module per variant: patches never leak into the next one
+    import torch._inductor.config as inductor_config
+    saved_flags = {key: getattr(inductor_config, key) for key in ("coordinate_descent_tuning",)}
+    for patch in VARIANTS[name]:
+        patch(tg)
+    h = tg.Hyperparameters.from_env(dict(os.environ))
+    dist_info = tg.init_distributed({})
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    backend, _ = tg.select_attention_backend(h, dist_info)
+    base = tg.build_model(h, dist_info.device)
+    base.set_attention_backend(backend)
+    model = torch.compile(base, dynamic=False, fullgraph=True, mode=getattr(tg, "COMPILE_MODE", None))
+    rows = h.train_batch_tokens // h.train_seq_len // dist_info.grad_accum_steps
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, h.vocab_size, (rows, h.train_seq_len + 1), generator=generator).to(dist_info.device)
+    x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def micro_step() -> torch.Tensor:
+        with tg.autocast_context(dist_info):
+            loss = model(x, y)
+        loss.backward()
+        return loss.detach()
+
+    start = time.perf_counter()
+    first_loss = micro_step().item()
+    for _ in range(2):
+        micro_step()
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(args.iters):
+        micro_step()
+    end.record()
+    end.synchronize()
+    micro_ms = begin.elapsed_time(end) / args.iters
+    peak = torch.cuda.max_memory_allocated() / 2 ** 20
+    if args.profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                micro_step()
+            torch.cuda.synchronize()
+        kernels = {}
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                kernels[event.name] = kernels.get(event.name, 0.0) + event.device_time_total / 2000.0
+        families = {}
+        for kernel, ms in kernels.items():
+            families[family(kernel)] = families.get(family(kernel), 0.0) + ms
+        print("  [%s] ms per micro-step by family: %s" % (name, "  ".join(
+            "%s %.2f" % item for item in sorted(families.items(), key=lambda item: -item[1]))))
+        for kernel, ms in sorted(kernels.items(), key=lambda item: -item[1])[:args.profile]:
+            print("  [%s] %8.3f  %s" % (name, ms, kernel[:110]))
+    del model, base
+    torch._dynamo.reset()
+    for key, value in saved_flags.items():
+        setattr(inductor_config, key, value)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, compile_s, peak, backend
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--iters", type=int, default=16)
+    parser.add_argument("--profile", type=int, default=0, metavar="K",
+                        help="also profile 2 micro-steps per variant: kernel families and the top K kernels")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("model_variants.py needs a CUDA GPU")
+    print("%-16s %10s %14s %12s %10s %10s %s" % ("variant", "micro_ms", "fwd+bwd_ms/step", "first_loss", "compile_s",
+                                                  "peak_MiB", "attention"))
+    for name in args.variants:
+        micro_ms, step_ms, loss, compile_s, peak, backend = run_variant(name, args)
+        print("%-16s %10.2f %14.1f %12.6f %10.1f %10.0f %s" % (name, micro_ms, step_ms, loss, compile_s, peak, backend),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The GPU benchmark tools' own logic, checked on the CPU: the rank-slice check passes on a correct loader and
+fails on one whose ranks read the same tokens; the NCCL overlap arithmetic of profile_step is exact."""
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(REPO / "bench"))
+from profile_step import family, overlap_report  # noqa: E402
+
+
+def run_rank_slices(tiny_data, tmp_path, module):
+    env = run_env(dict(tiny_data["env"], TRAIN_BATCH_TOKENS="16384"))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(REPO / "bench" / "rank_slices_check.py"), "--steps", "3", "--module", str(module)]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_rank_slices_check_passes_on_the_trainer(tiny_data, tmp_path):
+    out = run_rank_slices(tiny_data, tmp_path, REPO / "train_gpt.py")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 0: 12 micro-batches, 0 mismatching" in out.stdout
+    assert "rank 1: 12 micro-batches, 0 mismatching" in out.stdout
+    assert "overlapping pairs 0, gaps 0" in out.stdout and "rank slices check: PASS" in out.stdout
+
+
+def test_rank_slices_check_fails_when_ranks_read_the_same_tokens(tiny_data, tmp_path):
+    source = (REPO / "train_gpt.py").read_text()
+    needle = "before, after = layout.rank * layout.span"
+    assert needle in source
+    broken = tmp_path / "train_gpt_same_slice.py"  # every rank reads rank 0's span
+    broken.write_text(source.replace(needle, "before, after = 0 * layout.span"))
+    out = run_rank_slices(tiny_data, tmp_path, broken)
+    assert out.returncode != 0
+    assert "rank 1: 12 micro-batches, 12 mismatching" in out.stdout and "rank slices check: FAIL" in out.stdout
+
+
+def kernel(name, start, end):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
+
+
+def test_overlap_report_counts_only_time_under_compute_kernels():
+    events = [kernel("gemm_a", 0, 100), kernel("triton_b", 90, 130), kernel("gemm_c", 150, 200),
+              kernel("ncclDevKernel_AllGather(x)", 120, 160),  # 10 us under triton_b, 10 us under gemm_c
+              kernel("ncclDevKernel_AllReduce(y)", 210, 240)]  # nothing runs beside it
+    report = overlap_report(events, steps=1).splitlines()
+    assert report[0] == "NCCL kernel time 0.070 ms/step, of which 0.020 ms (28.6%) overlapped compute kernels"
+    assert "ncclDevKernel_AllGather" in report[1] and "hidden  50.0%" in report[1]
+    assert "ncclDevKernel_AllReduce" in report[2] and "hidden   0.0%" in report[2]
+    assert overlap_report([kernel("gemm", 0, 1)], steps=1).startswith("no NCCL kernels")
+
+
+def test_kernel_families():
+    assert family("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
+    assert family("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "gemm"
+    assert family("triton_poi_fused__to_copy_leaky_relu_pow_21") == "triton"
+    assert family("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "nccl"
