@@ -772,21 +772,44 @@ class CastedLinear(nn.Linear):
         return F.linear(x, weight.to(x.dtype))
 
 
-def rotary_tables(seq_len: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, Tensor]:
-    """cos/sin (T, rope_dims/2) with the record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), built in fp32."""
+def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, ...]:
+    """Full-width RoPE tables for apply_partial_rotary: cos_full, sin_full (T, head_dim) and the pair-swap index.
+    Angles in fp32 with the record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), then cast to `dtype`."""
     if seq_len > ROPE_TRAIN_SEQ_LEN:
         base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
+    half = rope_dims // 2
     inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
+    cos_full = torch.cat((cos, cos, ones), dim=1)
+    sin_full = torch.cat((sin, -sin, torch.zeros_like(ones)), dim=1)
+    dims = torch.arange(head_dim, device=device)
+    swap = torch.where(dims < half, dims + half, torch.where(dims < rope_dims, dims - half, dims))
+    return cos_full, sin_full, swap
 
 
-def apply_partial_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, T, H, D): rotate dims [0, R) as pairs (u = first half, w = second half); dims [R, D) pass through."""
-    half = cos.size(-1)
-    u, w, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-    return torch.cat((u * cos + w * sin, w * cos - u * sin, rest), dim=-1)
+class _SwapPairsTimes(torch.autograd.Function):
+    """x[..., swap] * table for a swap index that is its own inverse, so the backward is the same gather, not the
+    scatter-add autograd would make of an index."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, table: Tensor, swap: Tensor) -> Tensor:
+        ctx.save_for_backward(table, swap)
+        return x[..., swap] * table
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        table, swap = ctx.saved_tensors
+        return (grad * table)[..., swap], None, None
+
+
+def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor) -> Tensor:
+    """x (B, T, H, D): dims [0, R) rotate as pairs (u = first half, w = second half): u' = u cos + w sin,
+    w' = w cos - u sin; dims [R, D) pass through (cos 1, sin 0). One pointwise expression with no slice or cat,
+    so the compiler fuses it with the RMSNorm before it (the slice/cat form took 3-4 kernels per tensor)."""
+    cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
+    return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
@@ -812,7 +835,7 @@ class CausalSelfAttention(nn.Module):
         self.use_xsa = use_xsa
         self.backend = "sdpa"
 
-    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, Tensor],
+    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor]) -> Tensor:
         batch, seq_len, _ = x.shape
         q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
@@ -912,7 +935,7 @@ class GPT(nn.Module):
         kv_dim = h.num_kv_heads * (dim // h.num_heads)
         hidden = int(h.mlp_mult * dim)
         self.num_layers, self.logit_softcap = n, h.logit_softcap
-        self.rope_base, self.rope_dims = h.rope_base, h.rope_dims
+        self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = BigramHash(h)
         self.smear = SmearGate(dim)
@@ -966,7 +989,7 @@ class GPT(nn.Module):
         """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
         x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
         x = x0 = self.smear(x)
-        rope = rotary_tables(ids.size(1), self.rope_dims, self.rope_base, ids.device, x.dtype)
+        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         skips = []
         for i, block in enumerate(self.blocks):

@@ -155,6 +155,27 @@ def test_forward_is_causal(tgpt):
     assert not torch.allclose(a[:, 20:], b[:, 20:])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_partial_rope_is_the_spec_rotation_bit_for_bit_forward_and_backward(tgpt, dtype):
+    """apply_partial_rotary's one-expression form == SPEC §4's slice form (u' = u cos + w sin, w' = w cos - u sin,
+    the other dims untouched), including the NTK-rescaled base at T = 2048, in values and in gradients."""
+    seq_len, head_dim, rope_dims = 2048, 64, 16
+    base = 10000.0 * (seq_len / 1024) ** (rope_dims / (rope_dims - 2))
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32),
+                         base ** (-torch.arange(0, rope_dims, 2, dtype=torch.float32) / rope_dims))
+    cos, sin = angles.cos().to(dtype)[None, :, None, :], angles.sin().to(dtype)[None, :, None, :]
+    x = torch.randn(2, seq_len, 3, head_dim, dtype=dtype, generator=torch.Generator().manual_seed(0),
+                    requires_grad=True)
+    grad = torch.randn(x.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    u, w, rest = x[..., :8], x[..., 8:16], x[..., 16:]
+    expected = torch.cat((u * cos + w * sin, w * cos - u * sin, rest), dim=-1)
+    (expected_grad,) = torch.autograd.grad(expected, x, grad)
+    got = tgpt.apply_partial_rotary(x, *tgpt.rotary_tables(seq_len, head_dim, rope_dims, 10000.0, "cpu", dtype))
+    (got_grad,) = torch.autograd.grad(got, x, grad)
+    assert torch.equal(got, expected) and torch.equal(got_grad, expected_grad)
+    assert not torch.equal(got[..., :16], x[..., :16])  # the rotation did something
+
+
 def test_newton_schulz_is_near_orthogonal(tgpt):
     torch.manual_seed(0)
     for shape in ((3, 64, 128), (2, 96, 32)):
