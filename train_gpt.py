@@ -40,13 +40,19 @@ try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-
     from flash_attn_interface import flash_attn_func as _flash_attn_func
 except ImportError:
     _flash_attn_func = None
+try:  # Triton (ships with CUDA builds of torch): the fused q/k RMSNorm + RoPE kernels of section 4
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = tl = None
 
 # RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled
 # base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
 ROPE_TRAIN_SEQ_LEN = 1024
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
-                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_")
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_")
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
+QK_KERNELS = ("auto", "triton", "torch")
 
 
 # ==== 1. CONFIGURATION ====
@@ -143,6 +149,7 @@ class Hyperparameters:
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"
+    qk_kernel: str = "auto"  # q/k RMSNorm + RoPE (+ q gain, K's GQA repeat): triton (fused), torch, auto
 
     @classmethod
     def from_env(cls, environ) -> "Hyperparameters":
@@ -193,6 +200,8 @@ class Hyperparameters:
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.attn_backend not in ATTENTION_BACKENDS,
              "ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS))),
+            (self.qk_kernel not in QK_KERNELS,
+             "QK_KERNEL=%r: expected one of %s" % (self.qk_kernel, ", ".join(QK_KERNELS))),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
             (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)])
         errors += loader_config_errors(self) + eval_config_errors(self)
@@ -812,6 +821,135 @@ def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Te
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
 
+# The same q/k path as one Triton kernel each way (QK_KERNEL, chosen in section 9): y = RoPE(rms_norm(x)) * gain
+# per row of head_dim values, written `repeat` times (K's GQA repeat for SDPA), and its backward with the repeat
+# summed back. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm rounded to x.dtype before RoPE.
+# It moves each tensor once per direction, where the compiler's kernels read q/k ~2x (bench/NOTES.md).
+if triton is not None:
+    @triton.jit
+    def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
+                 ROPE: tl.constexpr, BLOCK_R: tl.constexpr):
+        r = row_start + tl.arange(0, BLOCK_R)  # rows of (B, T, H) with the head fastest
+        d = tl.arange(0, HEAD_DIM)
+        swap = tl.where(d < HALF, d + HALF, tl.where(d < ROPE, d - HALF, d))
+        return r, d, swap, r < rows, r % heads, (r // heads) % seq_len, r // (heads * seq_len)
+
+    @triton.jit
+    def _qk_norm_rope_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, out_ptr, rows, heads, seq_len, sxb, sxt, sxh, repeat,
+                          eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
+                          HAS_GAIN: tl.constexpr, BLOCK_R: tl.constexpr):
+        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
+                                           BLOCK_R)
+        ok2 = ok[:, None]
+        x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh)[:, None]
+        x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+        norm = (x * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
+        norm_swap = (x_swap * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
+        table = (t * HEAD_DIM)[:, None] + d[None, :]
+        cos = tl.load(cos_ptr + table, mask=ok2, other=0.0).to(tl.float32)
+        sin = tl.load(sin_ptr + table, mask=ok2, other=0.0).to(tl.float32)
+        y = norm * cos + norm_swap * sin
+        if HAS_GAIN:
+            y = y * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
+        y = y.to(out_ptr.dtype.element_ty)
+        out_row = out_ptr + (r.to(tl.int64) * repeat * HEAD_DIM)[:, None] + d[None, :]
+        for j in range(repeat):
+            tl.store(out_row + j * HEAD_DIM, y, mask=ok2)
+
+    @triton.jit
+    def _qk_norm_rope_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dx_ptr, dgain_ptr, rows, heads, seq_len,
+                          sxb, sxt, sxh, syb, syt, syh, syd, repeat, eps, HEAD_DIM: tl.constexpr,
+                          HALF: tl.constexpr, ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, BLOCK_R: tl.constexpr):
+        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
+                                           BLOCK_R)
+        ok2 = ok[:, None]
+        x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh)[:, None]
+        x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        dy = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
+        dy_swap = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
+        dy_row = dy_ptr + (b.to(tl.int64) * syb + t * syt + h * repeat * syh)[:, None]
+        for j in range(repeat):  # the GQA repeat's gradient: the sum over the copies
+            dy += tl.load(dy_row + j * syh + d[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
+            dy_swap += tl.load(dy_row + j * syh + swap[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
+        table = (t * HEAD_DIM)[:, None]
+        cos = tl.load(cos_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        sin = tl.load(sin_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        sin_swap = tl.load(sin_ptr + table + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+        dnorm = dy * cos + dy_swap * sin_swap  # RoPE transposed: the swap is its own inverse
+        if HAS_GAIN:
+            x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+            norm = (x * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
+            norm_swap = (x_swap * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
+            tl.store(dgain_ptr + r, tl.sum(dy * (norm * cos + norm_swap * sin), axis=1), mask=ok)
+            dnorm = dnorm * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
+        unit = x * inv
+        dx = inv * (dnorm - unit * (tl.sum(dnorm * unit, axis=1) / HEAD_DIM)[:, None])
+        tl.store(dx_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=ok2)
+
+QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
+RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
+
+
+def _qk_launch_shape(x: Tensor, rope_dims: int) -> tuple:
+    batch, seq_len, heads, head_dim = x.shape
+    rows = batch * seq_len * heads
+    return rows, heads, seq_len, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
+                                      num_warps=QK_NUM_WARPS), (triton.cdiv(rows, QK_BLOCK_ROWS),)
+
+
+def _qk_norm_rope_forward(x: Tensor, cos_full: Tensor, sin_full: Tensor, gain: Optional[Tensor], rope_dims: int,
+                          repeat: int) -> Tensor:
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    rows, heads, seq_len, meta, grid = _qk_launch_shape(x, rope_dims)
+    out = x.new_empty(x.size(0), seq_len, heads * repeat, x.size(-1))
+    torch.library.wrap_triton(_qk_norm_rope_fwd)[grid](
+        x, cos_full, sin_full, x if gain is None else gain, out, rows, heads, seq_len, x.stride(0), x.stride(1),
+        x.stride(2), repeat, RMS_NORM_EPS, HAS_GAIN=gain is not None, **meta)
+    return out
+
+
+def _qk_norm_rope_backward(grad: Tensor, x: Tensor, cos_full: Tensor, sin_full: Tensor, gain: Optional[Tensor],
+                           rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor]:
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    rows, heads, seq_len, meta, grid = _qk_launch_shape(x, rope_dims)
+    dx = x.new_empty(x.shape)
+    dgain_rows = x.new_empty(rows if gain is not None else 0, dtype=torch.float32)
+    torch.library.wrap_triton(_qk_norm_rope_bwd)[grid](
+        x, cos_full, sin_full, x if gain is None else gain, grad, dx, dgain_rows, rows, heads, seq_len,
+        x.stride(0), x.stride(1), x.stride(2), *grad.stride(), repeat, RMS_NORM_EPS, HAS_GAIN=gain is not None,
+        **meta)
+    return dx, dgain_rows.view(-1, heads).sum(0) if gain is not None else dgain_rows
+
+
+def fused_qk_norm_rope_op() -> Callable:
+    """torch.ops.pgolf.qk_norm_rope (registered once per process, so reloading this file reuses it): x (B, T, H, D)
+    -> (B, T, H * repeat, D), head h * repeat + j holding RoPE(rms_norm(x[:, :, h])) * gain[h]; differentiable in x
+    and gain. Needs Triton; the compiled graph keeps it as one kernel per direction."""
+    if triton is None:
+        raise RuntimeError("QK_KERNEL=triton needs the triton package (it ships with CUDA builds of torch)")
+    namespace = torch.ops.pgolf
+    if not hasattr(namespace, "qk_norm_rope"):
+        forward = torch.library.triton_op("pgolf::qk_norm_rope", mutates_args=())(_qk_norm_rope_forward)
+        backward = torch.library.triton_op("pgolf::qk_norm_rope_backward", mutates_args=())(_qk_norm_rope_backward)
+
+        def setup_context(ctx, inputs, output):
+            x, cos_full, sin_full, gain, rope_dims, repeat = inputs
+            ctx.save_for_backward(x, cos_full, sin_full, gain)
+            ctx.rope_dims, ctx.repeat = rope_dims, repeat
+
+        def grad_fn(ctx, grad):
+            x, cos_full, sin_full, gain = ctx.saved_tensors
+            dx, dgain = backward(grad, x, cos_full, sin_full, gain, ctx.rope_dims, ctx.repeat)
+            return dx, None, None, None if gain is None else dgain.to(gain.dtype), None, None
+
+        forward.register_autograd(grad_fn, setup_context=setup_context)
+    return namespace.qk_norm_rope
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
     if backend == "fa3":
@@ -832,8 +970,9 @@ class CausalSelfAttention(nn.Module):
         self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
         self.head_dim = h.model_dim // h.num_heads
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
-        self.use_xsa = use_xsa
+        self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
         self.backend = "sdpa"
+        self.qk_op: Optional[Callable] = None  # fused_qk_norm_rope_op() when QK_KERNEL selects Triton
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor]) -> Tensor:
@@ -844,10 +983,16 @@ class CausalSelfAttention(nn.Module):
         if value_embed is not None:
             v = v + value_embed
         v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
-        q = apply_partial_rotary(rms_norm(q), *rope)
-        k = apply_partial_rotary(rms_norm(k), *rope)
-        q = q * self.q_gain.to(q.dtype)[None, None, :, None]
-        y = causal_attention(q, k, v, self.backend)
+        if self.qk_op is not None:  # K and V leave here already repeated to all heads (not for FA3: native GQA)
+            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
+            q = self.qk_op(q, rope[0], rope[1], self.q_gain.to(q.dtype), self.rope_dims, 1)
+            k = self.qk_op(k, rope[0], rope[1], None, self.rope_dims, repeat)
+            y = causal_attention(q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, self.backend)
+        else:
+            q = apply_partial_rotary(rms_norm(q), *rope)
+            k = apply_partial_rotary(rms_norm(k), *rope)
+            q = q * self.q_gain.to(q.dtype)[None, None, :, None]
+            y = causal_attention(q, k, v, self.backend)
         if self.use_xsa:
             # XSA: remove from each head's output its component along its (unit) value vector.
             group = self.num_heads // self.num_kv_heads
@@ -971,9 +1116,10 @@ class GPT(nn.Module):
         if self.lm_head is not None:
             nn.init.zeros_(self.lm_head.weight)
 
-    def set_attention_backend(self, backend: str) -> None:
+    def set_attention_backend(self, backend: str, qk_kernel: str = "torch") -> None:
+        qk_op = fused_qk_norm_rope_op() if qk_kernel == "triton" else None
         for block in self.blocks:
-            block.attn.backend = backend
+            block.attn.backend, block.attn.qk_op = backend, qk_op
 
     def set_qat(self, enabled: bool) -> None:
         for module in self.modules():
@@ -1847,6 +1993,42 @@ def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, 
     torch.cuda.synchronize(device)
 
 
+def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """(kernel, reason) for the q/k RMSNorm + RoPE path, chosen once: on CUDA the fused Triton kernels when Triton
+    imports and a fwd+bwd probe matches the PyTorch form, else the PyTorch form. QK_KERNEL forces one, loudly."""
+    if h.qk_kernel == "torch":
+        return "torch", "forced by QK_KERNEL"
+    if h.qk_kernel == "auto" and not dist_info.is_cuda:
+        return "torch", "auto; CPU run"
+    try:
+        _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device)
+        return "triton", "forced by QK_KERNEL" if h.qk_kernel == "triton" else "auto"
+    except Exception as exc:  # the probe is the test of availability; the failure is reported
+        message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        if h.qk_kernel == "triton":
+            raise RuntimeError("QK_KERNEL=triton cannot run here: %s" % message) from exc
+        return "torch", "auto; triton unavailable (%s)" % message
+
+
+def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
+    """Fused op vs the PyTorch form on a small GQA-shaped input, forward and both gradients, in fp32."""
+    if head_dim & (head_dim - 1):
+        raise ValueError("head_dim=%d is not a power of two" % head_dim)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 16, 2, head_dim, generator=generator).to(device).requires_grad_()
+    gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
+    grad = torch.randn(2, 16, 4, head_dim, generator=generator).to(device)
+    cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
+    op = fused_qk_norm_rope_op()
+    outputs = (op(x, cos_full, sin_full, gain, rope_dims, 2),
+               (apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap) * gain[:, None]).repeat_interleave(2, 2))
+    results = [(out,) + torch.autograd.grad(out, (x, gain), grad) for out in outputs]
+    for name, fused, reference in zip(("forward", "dx", "dgain"), *results):
+        error = (fused - reference).abs().max().item()
+        if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
+            raise RuntimeError("fused q/k kernel differs from the PyTorch form: %s max error %.3g" % (name, error))
+
+
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps = dist_info.grad_accum_steps
@@ -2040,10 +2222,11 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     backend, reason = select_attention_backend(h, dist_info)
+    qk_kernel, qk_reason = select_qk_kernel(h, dist_info)
 
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
-        fresh.set_attention_backend(backend)
+        fresh.set_attention_backend(backend, qk_kernel)
         return fresh
 
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
@@ -2055,6 +2238,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
                % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]))
     logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
     logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
+    logger.log("qk_kernel:%s (%s)" % (qk_kernel, qk_reason))
     logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
     logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
                % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer_module import load_trainer
+from trainer_module import configure_attention, load_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def random_model(ev, h, dist_info, backend):
+def random_model(ev, h, dist_info):
     model = ev.build_model(h, dist_info.device)
-    model.set_attention_backend(backend)
+    print("attention:" + configure_attention(ev, h, dist_info, model)[1])
     generator = torch.Generator(device=dist_info.device).manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -103,11 +103,10 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     dist_info = ev.DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cuda", 0))
     h = hyperparameters(torch_compile="1")
-    backend, reason = ev.select_attention_backend(h, dist_info)
-    print(f"device:{torch.cuda.get_device_name(0)} torch:{torch.__version__} attention:{backend} ({reason})")
+    model = random_model(ev, h, dist_info)
+    print(f"device:{torch.cuda.get_device_name(0)} torch:{torch.__version__}")
     data = synthetic_validation(ev, h, args.targets, dist_info.device)
     rows = []
-    model = random_model(ev, h, dist_info, backend)
     tokens = ev.device_tokens(data, dist_info.device)
     if not args.skip_record:
         logits_fn = torch.compile(model.forward_logits, dynamic=False)

@@ -1,11 +1,12 @@
 """Forward+backward time of one training micro-step of the compiled model, for code variants of train_gpt.py's
 model that keep the math (the step-time work of bench/NOTES.md): each variant patches functions of the loaded
-module, compiles the model as `train` does and times micro-steps on random tokens at the configured shape
-(record config by default). The first loss of each variant is printed next to the baseline's: same weights and
-tokens, so they may differ only by bf16 rounding.
+module, compiles the model as `train` does and times micro-steps at the configured shape (record config by
+default) on uniform random tokens or, with `--tokens shard`, on the first train shard's. The first loss of each
+variant is printed next to the baseline's: same weights and tokens, so they may differ only by bf16 rounding.
 
   python bench/model_variants.py                       # all variants
   python bench/model_variants.py --variants base gqa   # some
+  python bench/model_variants.py --variants base qk_torch --profile 25   # fused q/k kernel vs PyTorch form
 
 Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection, and so on (see VARIANTS).
 """
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_step import family  # noqa: E402
-from trainer_module import REPO, load_trainer  # noqa: E402
+from trainer_module import REPO, configure_attention, load_trainer  # noqa: E402
 
 
 def gqa_attention(tg):
@@ -61,6 +62,10 @@ def fused_qkv(tg, gain_before_rope: bool = False):
     tg.CausalSelfAttention.forward = forward
 
 
+def qk_torch(tg):
+    tg.select_qk_kernel = lambda h, dist_info: ("torch", "variant")
+
+
 def inductor_flag(name: str, value):
     def patch(tg):
         import torch._inductor.config as inductor_config
@@ -76,34 +81,49 @@ def compile_mode(mode: str):
 
 VARIANTS = {
     "base": [],
+    "qk_torch": [qk_torch],
     "gqa": [gqa_attention],
     "qkv": [fused_qkv],
     "gqa_qkv": [gqa_attention, fused_qkv],
     "gqa_qkv_gain": [gqa_attention, lambda tg: fused_qkv(tg, gain_before_rope=True)],
     "cdt": [inductor_flag("coordinate_descent_tuning", True)],
+    "aggressive": [inductor_flag("aggressive_fusion", True)],
+    "cudagraphs": [compile_mode("reduce-overhead")],
     "autotune": [compile_mode("max-autotune-no-cudagraphs")],
 }
+PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion")
 
 
 def run_variant(name: str, args) -> tuple:
     tg = load_trainer(args.module)  # a fresh module per variant: patches never leak into the next one
     import torch._inductor.config as inductor_config
-    saved_flags = {key: getattr(inductor_config, key) for key in ("coordinate_descent_tuning",)}
+    saved_flags = {key: getattr(inductor_config, key) for key in PATCHED_INDUCTOR_FLAGS}
     for patch in VARIANTS[name]:
         patch(tg)
     h = tg.Hyperparameters.from_env(dict(os.environ))
     dist_info = tg.init_distributed({})
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    backend, _ = tg.select_attention_backend(h, dist_info)
     base = tg.build_model(h, dist_info.device)
-    base.set_attention_backend(backend)
+    backend, _ = configure_attention(tg, h, dist_info, base)
     model = torch.compile(base, dynamic=False, fullgraph=True, mode=getattr(tg, "COMPILE_MODE", None))
     rows = h.train_batch_tokens // h.train_seq_len // dist_info.grad_accum_steps
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, h.vocab_size, (rows, h.train_seq_len + 1), generator=generator).to(dist_info.device)
+    if args.tokens == "shard":  # real text (measured: same time as random ids)
+        shard = tg.load_data_shard(tg.list_shards(h.train_files, "train")[0])
+        ids = torch.from_numpy(shard[:rows * (h.train_seq_len + 1)].astype("int64")).view(rows, -1)
+        ids = ids.to(dist_info.device)
+    else:
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, h.vocab_size, (rows, h.train_seq_len + 1), generator=generator).to(dist_info.device)
     x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
+    cudagraphs = getattr(tg, "COMPILE_MODE", None) in ("reduce-overhead", "max-autotune")
+    if cudagraphs:  # grads exist before the first backward, so accumulation adds into them in place instead of
+        for param in base.parameters():  # keeping the graph's output buffer, which the next replay overwrites
+            param.grad = torch.zeros_like(param)
+
     def micro_step() -> torch.Tensor:
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the previous replay's outputs may be overwritten now
         with tg.autocast_context(dist_info):
             loss = model(x, y)
         loss.backward()
@@ -153,6 +173,8 @@ def main() -> int:
     parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--iters", type=int, default=16)
+    parser.add_argument("--tokens", choices=("random", "shard"), default="random",
+                        help="micro-batch tokens: uniform random ids, or the first train shard (DATA_PATH)")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
                         help="also profile 2 micro-steps per variant: kernel families and the top K kernels")
     args = parser.parse_args()

@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from trainer_module import REPO, configure_attention, load_trainer  # noqa: E402
 
 FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("nccl", ("nccl",)),
@@ -96,16 +96,15 @@ def main() -> int:
     logger = tg.Logger(dist_info, "/tmp/profile_step_logs", "profile")
     cuda = dist_info.is_cuda
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    backend, reason = tg.select_attention_backend(h, dist_info)
     base_model = tg.build_model(h, dist_info.device)
-    base_model.set_attention_backend(backend)
+    _, attention = configure_attention(tg, h, dist_info, base_model)
     compiled = tg.compile_enabled(h, dist_info)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
     optimizers = tg.Optimizers(h, base_model, dist_info)
     averages = tg.WeightAverages(h, base_model)
     loader = tg.make_train_loader(h, dist_info, logger)
-    print("attention_backend:%s (%s) compiled:%s grad_accum:%d tokens/step:%d" % (
-        backend, reason, compiled, dist_info.grad_accum_steps, h.train_batch_tokens), flush=True)
+    print("attention_backend:%s compiled:%s grad_accum:%d tokens/step:%d" % (
+        attention, compiled, dist_info.grad_accum_steps, h.train_batch_tokens), flush=True)
 
     def synchronize() -> None:
         if cuda:

@@ -18,3 +18,15 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
     if missing:
         sys.exit(f"{path} lacks the names this benchmark needs: {', '.join(missing)}")
     return module
+
+
+def configure_attention(tg, h, dist_info, model) -> tuple:
+    """Selects attention backend and q/k kernel as the trainer's `run` does and sets them on `model`; works for
+    older trainers without a q/k kernel choice. Returns (short label, description with the reasons)."""
+    backend, reason = tg.select_attention_backend(h, dist_info)
+    if not hasattr(tg, "select_qk_kernel"):
+        model.set_attention_backend(backend)
+        return backend, "%s (%s)" % (backend, reason)
+    qk_kernel, qk_reason = tg.select_qk_kernel(h, dist_info)
+    model.set_attention_backend(backend, qk_kernel)
+    return "%s,qk:%s" % (backend, qk_kernel), "%s (%s) qk_kernel:%s (%s)" % (backend, reason, qk_kernel, qk_reason)

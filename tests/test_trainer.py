@@ -85,6 +85,10 @@ def test_import_has_no_side_effects(tmp_path):
     probe = r"""
 import os, socket, sys, torch, torch.distributed as dist
 import torch.distributed.elastic.multiprocessing.errors  # torch's own env reads (LOGLEVEL) happen here, not ours
+try:
+    import triton, triton.language  # likewise Triton's (HOME, TRITON_*), where it is installed
+except ImportError:
+    pass
 reads = []
 class Recorder(dict):
     def __getitem__(self, k): reads.append(k); return dict.__getitem__(self, k)
