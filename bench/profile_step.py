@@ -33,6 +33,7 @@ FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("attention", ("fmha", "flash", "attention", "sdpa", "cudnn")),
     ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "matmul")),
     ("triton", ("triton",)),
+    ("qk kernel", ("_qk_norm_rope",)),  # train_gpt.py's own Triton kernels (QK_KERNEL=triton)
     ("copy/memset", ("memcpy", "memset", "copy")),
 )
 
