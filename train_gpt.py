@@ -821,6 +821,16 @@ def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Te
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
 
+def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, gain: Optional[Tensor],
+                 repeat: int) -> Tensor:
+    """The q/k path in PyTorch (QK_KERNEL=torch, and the reference of the fused op below): RoPE(rms_norm(x)),
+    times the per-head gain, each head repeated `repeat` times."""
+    y = apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap)
+    if gain is not None:
+        y = y * gain[None, None, :, None]
+    return y.repeat_interleave(repeat, dim=2) if repeat > 1 else y
+
+
 # The same q/k path as one Triton kernel each way (QK_KERNEL, chosen in section 9): y = RoPE(rms_norm(x)) * gain
 # per row of head_dim values, written `repeat` times (K's GQA repeat for SDPA), and its backward with the repeat
 # summed back. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm rounded to x.dtype before RoPE.
@@ -989,10 +999,8 @@ class CausalSelfAttention(nn.Module):
             k = self.qk_op(k, rope[0], rope[1], None, self.rope_dims, repeat)
             y = causal_attention(q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, self.backend)
         else:
-            q = apply_partial_rotary(rms_norm(q), *rope)
-            k = apply_partial_rotary(rms_norm(k), *rope)
-            q = q * self.q_gain.to(q.dtype)[None, None, :, None]
-            y = causal_attention(q, k, v, self.backend)
+            q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
+            y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
         if self.use_xsa:
             # XSA: remove from each head's output its component along its (unit) value vector.
             group = self.num_heads // self.num_kv_heads
@@ -2021,7 +2029,7 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> Non
     cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
     op = fused_qk_norm_rope_op()
     outputs = (op(x, cos_full, sin_full, gain, rope_dims, 2),
-               (apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap) * gain[:, None]).repeat_interleave(2, 2))
+               qk_norm_rope(x, cos_full, sin_full, swap, gain, 2))
     results = [(out,) + torch.autograd.grad(out, (x, gain), grad) for out in outputs]
     for name, fused, reference in zip(("forward", "dx", "dgain"), *results):
         error = (fused - reference).abs().max().item()

@@ -38,7 +38,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("qk_kernel.py needs a CUDA GPU")
-    tg = load_trainer(args.module, needed=("fused_qk_norm_rope_op", "QK_BLOCK_ROWS"))
+    tg = load_trainer(args.module, needed=("fused_qk_norm_rope_op", "qk_norm_rope", "QK_BLOCK_ROWS"))
     h = tg.Hyperparameters.from_env({})
     batch = h.train_batch_tokens // h.train_seq_len // 8
     seq_len, heads, kv_heads, head_dim = h.train_seq_len, h.num_heads, h.num_kv_heads, h.model_dim // h.num_heads
@@ -46,13 +46,7 @@ def main() -> int:
     rope = tg.rotary_tables(seq_len, head_dim, h.rope_dims, h.rope_base, device, dtype)
     op = tg.fused_qk_norm_rope_op()
 
-    def reference(x, gain, repeat):
-        y = tg.apply_partial_rotary(tg.rms_norm(x), *rope)
-        if gain is not None:
-            y = y * gain[None, None, :, None]
-        return y.repeat_interleave(repeat, dim=2) if repeat > 1 else y
-
-    compiled_reference = torch.compile(reference, dynamic=False)
+    compiled_reference = torch.compile(lambda x, gain, repeat: tg.qk_norm_rope(x, *rope, gain, repeat), dynamic=False)
     generator = torch.Generator(device=device).manual_seed(0)
     print("shape B=%d T=%d H=%d Hkv=%d D=%d rope_dims=%d, bf16" % (batch, seq_len, heads, kv_heads, head_dim,
                                                                     h.rope_dims))

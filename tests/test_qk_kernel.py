@@ -50,8 +50,7 @@ def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
 
     def pytorch_form(x, cos_full, sin_full, gain, rope_dims, repeat):
         swap = tgpt.rotary_tables(x.size(1), x.size(-1), rope_dims, 10000.0, x.device, x.dtype)[2]
-        y = tgpt.apply_partial_rotary(tgpt.rms_norm(x), cos_full, sin_full, swap)
-        return (y * gain[:, None] if gain is not None else y).repeat_interleave(repeat, dim=2)
+        return tgpt.qk_norm_rope(x, cos_full, sin_full, swap, gain, repeat)
     monkeypatch.setattr(tgpt, "fused_qk_norm_rope_op", lambda: pytorch_form)
     tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))  # the PyTorch form itself passes
 
