@@ -50,9 +50,9 @@ except ImportError:
 # base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
 ROPE_TRAIN_SEQ_LEN = 1024
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
-                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_")
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_")
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
-QK_KERNELS = ("auto", "triton", "torch")
+KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
 
 
 # ==== 1. CONFIGURATION ====
@@ -150,6 +150,7 @@ class Hyperparameters:
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"
     qk_kernel: str = "auto"  # q/k RMSNorm + RoPE (+ q gain, K's GQA repeat): triton (fused), torch, auto
+    mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
 
     @classmethod
     def from_env(cls, environ) -> "Hyperparameters":
@@ -200,8 +201,10 @@ class Hyperparameters:
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.attn_backend not in ATTENTION_BACKENDS,
              "ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS))),
-            (self.qk_kernel not in QK_KERNELS,
-             "QK_KERNEL=%r: expected one of %s" % (self.qk_kernel, ", ".join(QK_KERNELS))),
+            (self.qk_kernel not in KERNEL_CHOICES,
+             "QK_KERNEL=%r: expected one of %s" % (self.qk_kernel, ", ".join(KERNEL_CHOICES))),
+            (self.mlp_kernel not in KERNEL_CHOICES,
+             "MLP_KERNEL=%r: expected one of %s" % (self.mlp_kernel, ", ".join(KERNEL_CHOICES))),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
             (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)])
         errors += loader_config_errors(self) + eval_config_errors(self)
@@ -960,6 +963,172 @@ def fused_qk_norm_rope_op() -> Callable:
     return namespace.qk_norm_rope
 
 
+LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation (SPEC §4)
+
+
+def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """The MLP in PyTorch (MLP_KERNEL=torch, and the reference of the fused op below):
+    leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
+    return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
+
+
+# The same MLP with the activation inside the GEMMs (MLP_KERNEL, chosen in section 9). Forward: one Triton GEMM
+# h = x W_up^T whose epilogue also writes act = leaky(h)^2; then act W_down^T (cuBLAS). Backward: one Triton GEMM
+# d_act = dy W_down whose epilogue reads h and writes dh = d_act * d(leaky(h)^2)/dh; the three weight/input GEMMs
+# stay cuBLAS. Same arithmetic as the compiled PyTorch form (h and d_act rounded to bf16 as a GEMM writes them, the
+# activation in fp32). It saves re-reading h after the forward GEMM and writing + reading d_act in backward: three
+# passes over the (tokens, 3d) hidden per layer. Triton's GEMM is slower than cuBLAS here (~420 vs ~650 TFLOP/s at
+# the record shape) but the saved passes pay for it: bench/NOTES.md.
+if triton is not None:
+    @triton.jit
+    def _mlp_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+        """Row and column offsets of output tile `tile`, numbered in groups of GROUP_M row tiles (L2 reuse)."""
+        tiles_n = tl.cdiv(N, BLOCK_N)
+        group = tile // (GROUP_M * tiles_n)
+        first_m = group * GROUP_M
+        group_rows = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)
+        pid_m = first_m + (tile % (GROUP_M * tiles_n)) % group_rows
+        pid_n = (tile % (GROUP_M * tiles_n)) // group_rows
+        return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+
+    @triton.jit
+    def _mlp_gemm(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, stride_bn, rm, rn, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+        """fp32 tile of A (M, K; unit column stride) @ B (K, N; any strides), K a multiple of BLOCK_K. Rows and
+        columns past the edge read clamped indices (their results are masked at the store)."""
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + (rm % M).to(tl.int64)[:, None] * stride_am + rk[None, :]
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for _ in range(0, K, BLOCK_K):
+            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, input_precision=PRECISION)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K * stride_bk
+        return acc
+
+    @triton.jit
+    def _mlp_up_act_fwd(x_ptr, w_ptr, h_ptr, act_ptr, M, N, K, stride_xm, stride_wn, SLOPE: tl.constexpr,
+                        STORE_H: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+        """h = x w^T and act = leaky(h)^2, tile by tile; the programs stride over the tiles."""
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+            rm, rn = _mlp_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = _mlp_gemm(x_ptr, w_ptr, M, N, K, stride_xm, 1, stride_wn, rm, rn, BLOCK_M, BLOCK_N, BLOCK_K,
+                            PRECISION)
+            h = acc.to(act_ptr.dtype.element_ty)
+            hf = h.to(tl.float32)
+            leaky = tl.where(hf > 0, hf, hf * SLOPE)
+            out = rm.to(tl.int64)[:, None] * N + rn[None, :]
+            ok = (rm < M)[:, None] & (rn < N)[None, :]
+            if STORE_H:
+                tl.store(h_ptr + out, h, mask=ok)
+            tl.store(act_ptr + out, (leaky * leaky).to(act_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _mlp_act_grad_bwd(dy_ptr, w_ptr, h_ptr, dh_ptr, M, N, K, stride_dym, stride_wk, SLOPE: tl.constexpr,
+                          PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+        """d_act = dy w (rounded to the output dtype, as a GEMM writes it), then dh = d_act * d(leaky(h)^2)/dh."""
+        tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+            rm, rn = _mlp_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = _mlp_gemm(dy_ptr, w_ptr, M, N, K, stride_dym, stride_wk, 1, rm, rn, BLOCK_M, BLOCK_N, BLOCK_K,
+                            PRECISION)
+            d_act = acc.to(dh_ptr.dtype.element_ty).to(tl.float32)
+            out = rm.to(tl.int64)[:, None] * N + rn[None, :]
+            ok = (rm < M)[:, None] & (rn < N)[None, :]
+            h = tl.load(h_ptr + out, mask=ok, other=0.0).to(tl.float32)
+            slope = tl.where(h > 0, 2.0 * h, (2.0 * SLOPE * SLOPE) * h)
+            tl.store(dh_ptr + out, (d_act * slope).to(dh_ptr.dtype.element_ty), mask=ok)
+
+# Launch configurations of the two GEMMs, the fastest of bench/mlp_kernel.py's sweep on an H100 at the record
+# shape; PROGRAMS_PER_SM 0 launches one program per tile, n > 0 makes the kernel persistent (n programs per SM).
+MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, PROGRAMS_PER_SM=1)
+MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
+
+
+def _mlp_launch(launch: dict, a: Tensor, b: Tensor, outer: int) -> tuple:
+    """(grid, meta) for A (M, K) times B into (M, outer) tiles. fp32 inputs multiply in full fp32 ("ieee"),
+    never silently in TF32."""
+    if a.dtype != b.dtype or a.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError("fused MLP op: activations %s and weights %s, expected one of bfloat16/float16/float32 "
+                         "for both" % (a.dtype, b.dtype))
+    meta = dict(launch)
+    per_sm = meta.pop("PROGRAMS_PER_SM")
+    if a.size(1) % meta["BLOCK_K"]:
+        raise ValueError("fused MLP op: model_dim=%d is not a multiple of BLOCK_K=%d" % (a.size(1), meta["BLOCK_K"]))
+    tiles = triton.cdiv(a.size(0), meta["BLOCK_M"]) * triton.cdiv(outer, meta["BLOCK_N"])
+    if per_sm:
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 1  # 1: interpreter
+        tiles = min(tiles, per_sm * sms)
+    meta.update(SLOPE=LEAKY_SLOPE, PRECISION="ieee" if a.dtype == torch.float32 else "tf32")
+    return (max(tiles, 1),), meta
+
+
+def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    rows = x.reshape(-1, x.size(-1)).contiguous()
+    w_up = w_up.contiguous()
+    hidden_dim, dim = w_up.shape
+    act = rows.new_empty(rows.size(0), hidden_dim)
+    hidden = rows.new_empty(rows.size(0) if save_hidden else 0, hidden_dim)
+    grid, meta = _mlp_launch(MLP_UP_LAUNCH, rows, w_up, hidden_dim)
+    torch.library.wrap_triton(_mlp_up_act_fwd)[grid](
+        rows, w_up, hidden, act, rows.size(0), hidden_dim, dim, rows.stride(0), w_up.stride(0), STORE_H=save_hidden,
+        **meta)
+    out = torch.mm(act, w_down.t())
+    return out.view(*x.shape[:-1], w_down.size(0)), hidden, act
+
+
+def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden: Tensor, act: Tensor,
+                  need_x: bool, need_w_up: bool, need_w_down: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    grad_rows = grad.reshape(-1, grad.size(-1)).contiguous()
+    rows = x.reshape(-1, x.size(-1))
+    w_down = w_down.contiguous()
+    hidden_dim, dim = w_up.shape
+    d_hidden = hidden.new_empty(hidden.shape)
+    grid, meta = _mlp_launch(MLP_DOWN_LAUNCH, grad_rows, w_down, hidden_dim)
+    torch.library.wrap_triton(_mlp_act_grad_bwd)[grid](
+        grad_rows, w_down, hidden, d_hidden, rows.size(0), hidden_dim, dim, grad_rows.stride(0), w_down.stride(0),
+        **meta)
+    dx = torch.mm(d_hidden, w_up).view(x.shape) if need_x else x.new_empty(0)
+    dw_up = torch.mm(d_hidden.t(), rows) if need_w_up else w_up.new_empty(0)
+    return dx, dw_up, torch.mm(grad_rows.t(), act) if need_w_down else w_down.new_empty(0)
+
+
+def fused_mlp_op() -> Callable:
+    """x (..., d), w_up (F, d), w_down (d, F) -> leaky_relu(x w_up^T, 0.5)^2 w_down^T via torch.ops.pgolf.mlp
+    (registered once per process; it also returns the saved hidden layers); differentiable in all three. Returns a
+    callable giving the output alone."""
+    if triton is None:
+        raise RuntimeError("MLP_KERNEL=triton needs the triton package (it ships with CUDA builds of torch)")
+    namespace = torch.ops.pgolf
+    if not hasattr(namespace, "mlp"):
+        forward = torch.library.triton_op("pgolf::mlp", mutates_args=())(_mlp_forward)
+        backward = torch.library.triton_op("pgolf::mlp_backward", mutates_args=())(_mlp_backward)
+
+        def setup_context(ctx, inputs, output):
+            x, w_up, w_down, save_hidden = inputs
+            _, hidden, act = output
+            if not save_hidden:
+                raise RuntimeError("pgolf::mlp was called with save_hidden=False under autograd")
+            ctx.save_for_backward(x, w_up, w_down, hidden, act)
+            ctx.mark_non_differentiable(hidden, act)
+
+        def grad_fn(ctx, grad, _grad_hidden, _grad_act):
+            x, w_up, w_down, hidden, act = ctx.saved_tensors
+            needed = tuple(bool(flag) for flag in ctx.needs_input_grad[:3])
+            grads = backward(grad, x, w_up, w_down, hidden, act, *needed)
+            return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
+
+        forward.register_autograd(grad_fn, setup_context=setup_context)
+    op = namespace.mlp
+
+    def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+        return op(x, w_up, w_down, torch.is_grad_enabled())[0]
+    return mlp
+
+
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
     if backend == "fa3":
@@ -1019,6 +1188,7 @@ class Block(nn.Module):
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
         self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+        self.mlp_op: Optional[Callable] = None  # fused_mlp_op() when MLP_KERNEL selects Triton
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
         w_q, w_k, w_v, w_o, w_up, w_down = weights
@@ -1026,8 +1196,9 @@ class Block(nn.Module):
         x = mix[0] * x + mix[1] * x0
         attn_out = self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
         x = x + self.attn_scale.to(x.dtype) * attn_out
-        hidden = F.leaky_relu(F.linear(rms_norm(x) * self.norm_factor, w_up.to(x.dtype)), negative_slope=0.5)
-        return x + self.mlp_scale.to(x.dtype) * F.linear(hidden.square(), w_down.to(x.dtype))
+        mlp = self.mlp_op or leaky_relu_sq_mlp
+        mlp_out = mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
+        return x + self.mlp_scale.to(x.dtype) * mlp_out
 
 
 class BigramHash(nn.Module):
@@ -1128,6 +1299,11 @@ class GPT(nn.Module):
         qk_op = fused_qk_norm_rope_op() if qk_kernel == "triton" else None
         for block in self.blocks:
             block.attn.backend, block.attn.qk_op = backend, qk_op
+
+    def set_mlp_kernel(self, mlp_kernel: str) -> None:
+        mlp_op = fused_mlp_op() if mlp_kernel == "triton" else None
+        for block in self.blocks:
+            block.mlp_op = mlp_op
 
     def set_qat(self, enabled: bool) -> None:
         for module in self.modules():
@@ -2001,21 +2177,35 @@ def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, 
     torch.cuda.synchronize(device)
 
 
-def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """(kernel, reason) for the q/k RMSNorm + RoPE path, chosen once: on CUDA the fused Triton kernels when Triton
-    imports and a fwd+bwd probe matches the PyTorch form, else the PyTorch form. QK_KERNEL forces one, loudly."""
-    if h.qk_kernel == "torch":
-        return "torch", "forced by QK_KERNEL"
-    if h.qk_kernel == "auto" and not dist_info.is_cuda:
+def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
+    """(kernel, reason) for one of our fused Triton ops (QK_KERNEL, MLP_KERNEL), chosen once: on CUDA the op when
+    Triton imports and `probe` (fwd+bwd against the PyTorch form) passes, else the PyTorch form; `setting`
+    triton/torch forces one, and a forced triton that cannot run is an error."""
+    if setting == "torch":
+        return "torch", "forced by %s" % env_name
+    if setting == "auto" and not dist_info.is_cuda:
         return "torch", "auto; CPU run"
     try:
-        _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device)
-        return "triton", "forced by QK_KERNEL" if h.qk_kernel == "triton" else "auto"
+        probe()
+        return "triton", "forced by %s" % env_name if setting == "triton" else "auto"
     except Exception as exc:  # the probe is the test of availability; the failure is reported
         message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        if h.qk_kernel == "triton":
-            raise RuntimeError("QK_KERNEL=triton cannot run here: %s" % message) from exc
+        if setting == "triton":
+            raise RuntimeError("%s=triton cannot run here: %s" % (env_name, message)) from exc
         return "torch", "auto; triton unavailable (%s)" % message
+
+
+def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """The q/k RMSNorm + RoPE path: QK_KERNEL (see select_kernel)."""
+    return select_kernel("QK_KERNEL", h.qk_kernel,
+                         lambda: _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device),
+                         dist_info)
+
+
+def select_mlp_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """The LeakyReLU^2 MLP: MLP_KERNEL (see select_kernel)."""
+    return select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(h.model_dim, dist_info.device),
+                         dist_info)
 
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
@@ -2035,6 +2225,26 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> Non
         error = (fused - reference).abs().max().item()
         if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
             raise RuntimeError("fused q/k kernel differs from the PyTorch form: %s max error %.3g" % (name, error))
+
+
+def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
+    """Fused MLP op vs the PyTorch form in bf16 on a ragged row count (masked edge tiles), forward and all three
+    gradients; the tolerance covers bf16 rounding of the hidden layer, not a wrong activation or transpose."""
+    generator = torch.Generator().manual_seed(0)
+    hidden_dim = 3 * model_dim
+
+    def make(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
+    x, grad = make(1, 200, model_dim), make(1, 200, model_dim)
+    w_up, w_down = make(hidden_dim, model_dim, scale=model_dim ** -0.5), make(model_dim, hidden_dim,
+                                                                             scale=hidden_dim ** -0.5)
+    inputs = (x, w_up, w_down)
+    outputs = (fused_mlp_op()(*inputs), leaky_relu_sq_mlp(*(t.float() for t in inputs)))
+    results = [(out,) + torch.autograd.grad(out, inputs, grad) for out in outputs]
+    for name, fused, reference in zip(("forward", "dx", "dw_up", "dw_down"), *results):
+        error = (fused.float() - reference).abs().max().item()
+        if not error <= 3e-2 * reference.abs().max().item():
+            raise RuntimeError("fused MLP kernel differs from the PyTorch form: %s max error %.3g" % (name, error))
 
 
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
@@ -2231,10 +2441,12 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
         torch.backends.cudnn.allow_tf32 = True
     backend, reason = select_attention_backend(h, dist_info)
     qk_kernel, qk_reason = select_qk_kernel(h, dist_info)
+    mlp_kernel, mlp_reason = select_mlp_kernel(h, dist_info)
 
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
         fresh.set_attention_backend(backend, qk_kernel)
+        fresh.set_mlp_kernel(mlp_kernel)
         return fresh
 
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
@@ -2247,6 +2459,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
     logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
     logger.log("qk_kernel:%s (%s)" % (qk_kernel, qk_reason))
+    logger.log("mlp_kernel:%s (%s)" % (mlp_kernel, mlp_reason))
     logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
     logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
                % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,

@@ -2,11 +2,13 @@
 model that keep the math (the step-time work of bench/NOTES.md): each variant patches functions of the loaded
 module, compiles the model as `train` does and times micro-steps at the configured shape (record config by
 default) on uniform random tokens or, with `--tokens shard`, on the first train shard's. The first loss of each
-variant is printed next to the baseline's: same weights and tokens, so they may differ only by bf16 rounding.
+variant is printed next to the baseline's, and the norm of all first gradients (the first loss alone does not see
+the MLPs, whose down-projections start at zero): same weights and tokens, so they may differ only by bf16 rounding.
 
   python bench/model_variants.py                       # all variants
   python bench/model_variants.py --variants base gqa   # some
   python bench/model_variants.py --variants base qk_torch --profile 25   # fused q/k kernel vs PyTorch form
+  python bench/model_variants.py --variants base mlp_torch                # fused MLP kernel vs PyTorch form
 
 Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection, and so on (see VARIANTS).
 """
@@ -66,6 +68,10 @@ def qk_torch(tg):
     tg.select_qk_kernel = lambda h, dist_info: ("torch", "variant")
 
 
+def mlp_torch(tg):
+    tg.select_mlp_kernel = lambda h, dist_info: ("torch", "variant")
+
+
 def inductor_flag(name: str, value):
     def patch(tg):
         import torch._inductor.config as inductor_config
@@ -82,6 +88,7 @@ def compile_mode(mode: str):
 VARIANTS = {
     "base": [],
     "qk_torch": [qk_torch],
+    "mlp_torch": [mlp_torch],
     "gqa": [gqa_attention],
     "qkv": [fused_qkv],
     "gqa_qkv": [gqa_attention, fused_qkv],
@@ -131,6 +138,9 @@ def run_variant(name: str, args) -> tuple:
 
     start = time.perf_counter()
     first_loss = micro_step().item()
+    # the first loss does not see the MLPs (their down-projections start at zero); the first gradients do
+    first_grad_norm = torch.stack([p.grad.float().norm() for p in base.parameters() if p.grad is not None]).norm()
+    first_grad_norm = first_grad_norm.item()
     for _ in range(2):
         micro_step()
     torch.cuda.synchronize()
@@ -165,7 +175,7 @@ def run_variant(name: str, args) -> tuple:
         setattr(inductor_config, key, value)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, compile_s, peak, backend
+    return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, first_grad_norm, compile_s, peak, backend
 
 
 def main() -> int:
@@ -180,12 +190,12 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("model_variants.py needs a CUDA GPU")
-    print("%-16s %10s %14s %12s %10s %10s %s" % ("variant", "micro_ms", "fwd+bwd_ms/step", "first_loss", "compile_s",
-                                                  "peak_MiB", "attention"))
+    print("%-16s %10s %14s %12s %14s %10s %10s %s" % ("variant", "micro_ms", "fwd+bwd_ms/step", "first_loss",
+                                                       "first_gradnorm", "compile_s", "peak_MiB", "attention"))
     for name in args.variants:
-        micro_ms, step_ms, loss, compile_s, peak, backend = run_variant(name, args)
-        print("%-16s %10.2f %14.1f %12.6f %10.1f %10.0f %s" % (name, micro_ms, step_ms, loss, compile_s, peak, backend),
-              flush=True)
+        micro_ms, step_ms, loss, grad_norm, compile_s, peak, backend = run_variant(name, args)
+        print("%-16s %10.2f %14.1f %12.6f %14.6f %10.1f %10.0f %s" % (name, micro_ms, step_ms, loss, grad_norm,
+                                                                      compile_s, peak, backend), flush=True)
     return 0
 
 

@@ -21,12 +21,19 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
 
 
 def configure_attention(tg, h, dist_info, model) -> tuple:
-    """Selects attention backend and q/k kernel as the trainer's `run` does and sets them on `model`; works for
-    older trainers without a q/k kernel choice. Returns (short label, description with the reasons)."""
+    """Selects attention backend, q/k kernel and MLP kernel as the trainer's `run` does and sets them on `model`;
+    works for older trainers without those choices. Returns (short label, description with the reasons)."""
     backend, reason = tg.select_attention_backend(h, dist_info)
     if not hasattr(tg, "select_qk_kernel"):
         model.set_attention_backend(backend)
         return backend, "%s (%s)" % (backend, reason)
     qk_kernel, qk_reason = tg.select_qk_kernel(h, dist_info)
     model.set_attention_backend(backend, qk_kernel)
-    return "%s,qk:%s" % (backend, qk_kernel), "%s (%s) qk_kernel:%s (%s)" % (backend, reason, qk_kernel, qk_reason)
+    label = "%s,qk:%s" % (backend, qk_kernel)
+    description = "%s (%s) qk_kernel:%s (%s)" % (backend, reason, qk_kernel, qk_reason)
+    if hasattr(tg, "select_mlp_kernel"):
+        mlp_kernel, mlp_reason = tg.select_mlp_kernel(h, dist_info)
+        model.set_mlp_kernel(mlp_kernel)
+        label += ",mlp:%s" % mlp_kernel
+        description += " mlp_kernel:%s (%s)" % (mlp_kernel, mlp_reason)
+    return label, description

@@ -1,0 +1,75 @@
+"""Run by tests/test_mlp_kernel.py with TRITON_INTERPRET=1 (set before triton is imported, so the kernels of
+train_gpt.py run on the CPU): the fused MLP op against the PyTorch form in fp32, then a tiny GPT step with each
+path. Prints one JSON object of largest differences. (bf16 is not checked here: Triton 3.7's interpreter
+computes tl.dot on bf16 operands wrongly; the GPU start-up probe and bench/mlp_kernel.py check bf16.)"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tgpt_util import TINY_MODEL_ENV, load_train_gpt  # noqa: E402
+
+tg = load_train_gpt()
+op = tg.fused_mlp_op()
+results = {"op": [], "no_grad": [], "frozen": {}, "model": {}}
+generator = torch.Generator().manual_seed(0)
+
+
+def relative(got, want) -> float:
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+# (rows as (batch, seq), d, hidden, launch): edge tiles in both directions (37 and 74 rows, hidden 96 with
+# BLOCK_N 64), several K steps (d 64 with BLOCK_K 16), GROUP_M larger and smaller than the row tiles, one program
+# per tile and programs striding over the tiles (PROGRAMS_PER_SM counts programs in all on the CPU)
+for (batch, seq), dim, hidden_dim, (block_m, block_n, block_k, group_m, programs) in (
+        ((2, 37), 32, 96, (16, 64, 16, 2, 0)), ((1, 74), 64, 192, (32, 32, 16, 8, 5)),
+        ((3, 8), 16, 48, (16, 16, 16, 1, 2))):
+    launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=4, num_stages=2,
+                  PROGRAMS_PER_SM=programs)
+    tg.MLP_UP_LAUNCH, tg.MLP_DOWN_LAUNCH = launch, dict(launch)
+    x = torch.randn(batch, seq, dim, generator=generator).requires_grad_()
+    w_up = (torch.randn(hidden_dim, dim, generator=generator) * dim ** -0.5).requires_grad_()
+    w_down = (torch.randn(dim, hidden_dim, generator=generator) * hidden_dim ** -0.5).requires_grad_()
+    grad = torch.randn(batch, seq, dim, generator=generator)
+    inputs = (x, w_up, w_down)
+    out = op(*inputs)
+    got = torch.autograd.grad(out, inputs, grad)
+    ref = tg.leaky_relu_sq_mlp(*inputs)
+    want = torch.autograd.grad(ref, inputs, grad)
+    results["op"].append({"shape": list(out.shape), "want_shape": list(ref.shape),
+                          "relative": [relative(a, b) for a, b in zip((out,) + got, (ref,) + want)]})
+    with torch.no_grad():  # inference: the op skips writing the pre-activation
+        results["no_grad"].append(relative(op(*inputs), ref.detach()))
+
+# frozen weights (TTT freezes blocks): only dx is computed and it is still right
+tg.MLP_UP_LAUNCH = tg.MLP_DOWN_LAUNCH = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4,
+                                             num_stages=2, PROGRAMS_PER_SM=0)
+x = torch.randn(2, 5, 32, generator=generator).requires_grad_()
+w_up, w_down = torch.randn(96, 32, generator=generator) / 6, torch.randn(32, 96, generator=generator) / 10
+dx = torch.autograd.grad(op(x, w_up, w_down).square().sum(), x)[0]
+want = torch.autograd.grad(tg.leaky_relu_sq_mlp(x, w_up, w_down).square().sum(), x)[0]
+results["frozen"] = {"dx": relative(dx, want), "weights_still_frozen": not (w_up.requires_grad or w_down.requires_grad)}
+
+# one tiny-model step (fp32): loss and every gradient, Triton MLP vs PyTorch MLP, same weights and tokens
+h = tg.Hyperparameters.from_env(dict(TINY_MODEL_ENV))
+ids = torch.randint(0, h.vocab_size, (2, h.train_seq_len + 1), generator=generator)
+outcomes = {}
+for kernel in ("torch", "triton"):
+    model = tg.build_model(h, torch.device("cpu"))
+    model.set_attention_backend("sdpa_cpu")
+    model.set_mlp_kernel(kernel)
+    with torch.no_grad():  # non-zero output projections and down-projections, so every path carries gradient
+        model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
+        model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
+    loss = model(ids[:, :-1], ids[:, 1:])
+    loss.backward()
+    outcomes[kernel] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+(loss_t, grads_t), (loss_f, grads_f) = outcomes["torch"], outcomes["triton"]
+results["model"] = {
+    "loss": [loss_t, loss_f], "grad_names": sorted(grads_t) == sorted(grads_f), "num_grads": len(grads_t),
+    "max_grad_rel": max(relative(grads_f[n], grads_t[n]) for n in grads_t if grads_t[n].abs().max() > 0),
+    "mlp_up_grad": grads_t["mlp_up_bank"].abs().max().item()}
+print(json.dumps(results))

@@ -1,0 +1,105 @@
+"""MLP_KERNEL: the fused Triton MLP op of train_gpt.py (LeakyReLU(0.5)^2 inside the up-projection GEMM's
+epilogue, its derivative inside the backward d_act GEMM's). Selection, the start-up probe and the launch checks run
+everywhere; the kernels themselves run under Triton's CPU interpreter in a child process (TRITON_INTERPRET must be
+set before triton is imported), against the PyTorch form they replace."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tgpt_util import REPO, tgpt  # noqa: F401  (fixture)
+
+
+def test_mlp_kernel_choice_and_config_errors_on_cpu(tgpt):
+    cpu = tgpt.init_distributed({})
+    assert tgpt.select_mlp_kernel(tgpt.Hyperparameters.from_env({}), cpu) == ("torch", "auto; CPU run")
+    forced_torch = tgpt.Hyperparameters.from_env({"MLP_KERNEL": "torch"})
+    assert tgpt.select_mlp_kernel(forced_torch, cpu) == ("torch", "forced by MLP_KERNEL")
+    with pytest.raises(tgpt.ConfigError, match="MLP_KERNEL='cutlass': expected one of auto, triton, torch"):
+        tgpt.Hyperparameters.from_env({"MLP_KERNEL": "cutlass"})
+    assert any("MLP_KERNELS" in w and "MLP_KERNEL?" in w for w in tgpt.suspicious_env_names({"MLP_KERNELS": "1"}))
+
+
+def test_forced_triton_fails_loudly_where_it_cannot_run(tgpt):
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("the Triton interpreter makes the kernels runnable on the CPU")
+    forced = tgpt.Hyperparameters.from_env({"MLP_KERNEL": "triton"})
+    with pytest.raises(RuntimeError, match="MLP_KERNEL=triton cannot run here: "):
+        tgpt.select_mlp_kernel(forced, tgpt.init_distributed({}))
+
+
+def test_auto_falls_back_to_pytorch_when_the_probe_fails(tgpt):
+    fake_cuda = tgpt.DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cuda", 0))
+    kernel, reason = tgpt.select_mlp_kernel(tgpt.Hyperparameters.from_env({}), fake_cuda)
+    assert kernel == "torch" and reason.startswith("auto; triton unavailable (") and len(reason) > 30
+
+
+class _WrongSlopeBackward(torch.autograd.Function):
+    """The right forward with a backward that forgets the negative slope (2h everywhere)."""
+
+    @staticmethod
+    def forward(ctx, x, w_up, w_down):
+        ctx.save_for_backward(x, w_up, w_down)
+        return torch.nn.functional.leaky_relu(x @ w_up.t(), 0.5).square() @ w_down.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w_up, w_down = ctx.saved_tensors
+        h = x @ w_up.t()
+        d_hidden = (grad @ w_down) * 2 * h
+        rows = lambda t: t.reshape(-1, t.size(-1))  # noqa: E731
+        act = torch.nn.functional.leaky_relu(h, 0.5).square()
+        return d_hidden @ w_up, rows(d_hidden).t() @ rows(x), rows(grad).t() @ rows(act)
+
+
+def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
+    """The start-up probe compares the forward and all three gradients with the PyTorch form: ReLU^2 instead of
+    LeakyReLU(0.5)^2 fails in the forward; the right forward with a wrong backward fails in dx."""
+    relu_squared = lambda x, w_up, w_down: torch.relu(x @ w_up.t()).square() @ w_down.t()  # noqa: E731
+    monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: relu_squared)
+    with pytest.raises(RuntimeError, match="fused MLP kernel differs from the PyTorch form: forward max error"):
+        tgpt._probe_mlp_kernel(64, torch.device("cpu"))
+    monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: _WrongSlopeBackward.apply)
+    with pytest.raises(RuntimeError, match="fused MLP kernel differs from the PyTorch form: dx max error"):
+        tgpt._probe_mlp_kernel(64, torch.device("cpu"))
+    monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: tgpt.leaky_relu_sq_mlp)
+    tgpt._probe_mlp_kernel(64, torch.device("cpu"))  # the PyTorch form itself passes
+
+
+def test_launch_checks_name_the_problem(tgpt):
+    if tgpt.triton is None:
+        pytest.skip("triton is not installed")
+    weights = torch.zeros(96, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="activations torch.float32 and weights torch.bfloat16"):
+        tgpt._mlp_launch(tgpt.MLP_UP_LAUNCH, torch.zeros(5, 64), weights, 96)
+    with pytest.raises(ValueError, match="model_dim=48 is not a multiple of BLOCK_K=64"):
+        tgpt._mlp_launch(tgpt.MLP_UP_LAUNCH, torch.zeros(5, 48, dtype=torch.bfloat16), weights[:, :48], 96)
+    grid, meta = tgpt._mlp_launch(dict(tgpt.MLP_UP_LAUNCH, PROGRAMS_PER_SM=0), torch.zeros(300, 64), weights.float(),
+                                  96)
+    tiles_m, tiles_n = -(-300 // meta["BLOCK_M"]), -(-96 // meta["BLOCK_N"])
+    assert grid == (tiles_m * tiles_n,) and meta["PRECISION"] == "ieee" and "PROGRAMS_PER_SM" not in meta
+
+
+def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
+    if importlib.util.find_spec("triton") is None:
+        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
+            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (.ci/run installs it)")
+        pytest.skip("triton is not installed (pip install triton to run the fused-kernel checks on the CPU)")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "mlp_kernel_interpreted.py")],
+                          env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results["op"]) == 3 and len(results["no_grad"]) == 3
+    for case in results["op"]:  # fp32 in, full-precision dots: forward, dx, dw_up, dw_down all but equal
+        assert case["shape"] == case["want_shape"] and max(case["relative"]) < 1e-5, case
+    assert max(results["no_grad"]) < 1e-5
+    assert results["frozen"]["dx"] < 1e-5 and results["frozen"]["weights_still_frozen"]
+    model = results["model"]
+    assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6)
+    assert model["grad_names"] and model["num_grads"] >= 30 and model["mlp_up_grad"] > 0
+    assert model["max_grad_rel"] < 1e-4, model
