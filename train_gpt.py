@@ -1044,7 +1044,7 @@ if triton is not None:
 
 # Launch configurations of the two GEMMs, the fastest of bench/mlp_kernel.py's sweep on an H100 at the record
 # shape; PROGRAMS_PER_SM 0 launches one program per tile, n > 0 makes the kernel persistent (n programs per SM).
-MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, PROGRAMS_PER_SM=1)
+MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, PROGRAMS_PER_SM=1)
 MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
 
 

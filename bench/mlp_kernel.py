@@ -27,9 +27,11 @@ DEFAULT_CONFIGS = ["128x128x64x8x3x0", "128x128x64x8x3x1", "128x128x64x8x3x2", "
 
 
 def parse_config(text: str) -> dict:
-    block_m, block_n, block_k, warps, stages, per_sm = (int(part) for part in text.split("x"))
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=warps, num_stages=stages,
-                PROGRAMS_PER_SM=per_sm)
+    """BMxBNxBKxWARPSxSTAGESxPERSM[xGROUP_M] (GROUP_M defaults to 8)."""
+    parts = [int(part) for part in text.split("x")]
+    block_m, block_n, block_k, warps, stages, per_sm = parts[:6]
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=parts[6] if len(parts) > 6 else 8,
+                num_warps=warps, num_stages=stages, PROGRAMS_PER_SM=per_sm)
 
 
 def kernel_ms(fn, iters: int, needle: str) -> float:
@@ -49,7 +51,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
     parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS,
-                        help="BLOCK_M x BLOCK_N x BLOCK_K x warps x stages x programs per SM (0: one per tile)")
+                        help="BLOCK_M x BLOCK_N x BLOCK_K x warps x stages x programs per SM (0: one per tile) "
+                             "[x GROUP_M, default 8]")
     parser.add_argument("--iters", type=int, default=30)
     args = parser.parse_args()
     if not torch.cuda.is_available():
