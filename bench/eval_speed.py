@@ -17,14 +17,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer_module import configure_attention, load_trainer
+from trainer_module import configure_kernels, load_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def random_model(ev, h, dist_info):
     model = ev.build_model(h, dist_info.device)
-    print("attention:" + configure_attention(ev, h, dist_info, model)[1])
+    print("kernels:" + configure_kernels(ev, h, dist_info, model)[1])
     generator = torch.Generator(device=dist_info.device).manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_step import family  # noqa: E402
-from trainer_module import REPO, configure_attention, load_trainer  # noqa: E402
+from trainer_module import REPO, configure_kernels, load_trainer  # noqa: E402
 
 
 def gqa_attention(tg):
@@ -111,7 +111,7 @@ def run_variant(name: str, args) -> tuple:
     dist_info = tg.init_distributed({})
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     base = tg.build_model(h, dist_info.device)
-    backend, _ = configure_attention(tg, h, dist_info, base)
+    backend, _ = configure_kernels(tg, h, dist_info, base)
     model = torch.compile(base, dynamic=False, fullgraph=True, mode=getattr(tg, "COMPILE_MODE", None))
     rows = h.train_batch_tokens // h.train_seq_len // dist_info.grad_accum_steps
     if args.tokens == "shard":  # real text (measured: same time as random ids)

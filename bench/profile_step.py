@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, configure_attention, load_trainer  # noqa: E402
+from trainer_module import REPO, configure_kernels, load_trainer  # noqa: E402
 
 FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("nccl", ("nccl",)),
@@ -99,7 +99,7 @@ def main() -> int:
     cuda = dist_info.is_cuda
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     base_model = tg.build_model(h, dist_info.device)
-    _, attention = configure_attention(tg, h, dist_info, base_model)
+    _, attention = configure_kernels(tg, h, dist_info, base_model)
     compiled = tg.compile_enabled(h, dist_info)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
     optimizers = tg.Optimizers(h, base_model, dist_info)

@@ -20,7 +20,7 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
     return module
 
 
-def configure_attention(tg, h, dist_info, model) -> tuple:
+def configure_kernels(tg, h, dist_info, model) -> tuple:
     """Selects attention backend, q/k kernel and MLP kernel as the trainer's `run` does and sets them on `model`;
     works for older trainers without those choices. Returns (short label, description with the reasons)."""
     backend, reason = tg.select_attention_backend(h, dist_info)
