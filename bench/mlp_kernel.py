@@ -34,19 +34,6 @@ def parse_config(text: str) -> dict:
                 num_warps=warps, num_stages=stages, PROGRAMS_PER_SM=per_sm)
 
 
-def kernel_ms(fn, iters: int, needle: str) -> float:
-    """GPU time per call of the kernels whose name contains `needle` (profiler)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    return sum(event.device_time_total for event in prof.events()
-               if event.device_type == torch.autograd.DeviceType.CUDA and needle in event.name) / 1000.0 / iters
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
@@ -90,7 +77,7 @@ def main() -> int:
                 ("down", "_mlp_act_grad_bwd", lambda: tg._mlp_backward(grad, *plain, hidden, act, False, False,
                                                                        False))):
             try:
-                ms = kernel_ms(fn, args.iters, needle)
+                ms = timed_ms(fn, args.iters, needle)
             except Exception as exc:  # e.g. out of shared memory for this tile: report and go on
                 print("%-20s %s: %s" % (text, key, str(exc).splitlines()[0][:100]))
                 ms = float("inf")

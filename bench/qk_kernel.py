@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_module import REPO, load_trainer  # noqa: E402
 
 
-def timed_ms(fn, iters: int) -> float:
-    """GPU kernel time per call from the profiler (sum over the call's kernels): the kernels here are ~0.1 ms,
-    so wall time between events would measure the host's launch overhead instead."""
+def timed_ms(fn, iters: int, needle: str = "") -> float:
+    """GPU kernel time per call from the profiler (sum over the call's kernels whose name contains `needle`): the
+    kernels here are ~0.1 ms, so wall time between events would measure the host's launch overhead instead."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -27,7 +27,7 @@ def timed_ms(fn, iters: int) -> float:
             fn()
         torch.cuda.synchronize()
     return sum(event.device_time_total for event in prof.events()
-               if event.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / iters
+               if event.device_type == torch.autograd.DeviceType.CUDA and needle in event.name) / 1000.0 / iters
 
 
 def main() -> int:

@@ -1,15 +1,13 @@
 """Trainer core: configuration, model fidelity, optimizer math, data reader errors, training runs (1 and 2 ranks)."""
 import ast
-import os
 import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
-from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data, write_shard  # noqa: F401 (fixtures)
+from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
 
 
 # ---- configuration ----

@@ -22,6 +22,49 @@ TINY_MODEL_ENV = {
 }
 
 
+def run_under_triton_interpreter(script: str) -> dict:
+    """Runs tests/scripts/<script> in a child process with TRITON_INTERPRET=1 (it must be set before triton is
+    imported) and returns the JSON object it prints last. Skips when triton is not installed, unless
+    REQUIRE_TRITON_TESTS=1 (CI), which makes that a failure."""
+    import importlib.util
+    import subprocess
+    if importlib.util.find_spec("triton") is None:
+        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
+            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (.ci/run installs it)")
+        pytest.skip("triton is not installed (pip install triton to run the fused-kernel checks on the CPU)")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / script)],
+                          env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compare_tiny_model_step(tg, configure_a, configure_b, seed: int = 0) -> dict:
+    """One fp32 step of the tiny model (TINY_MODEL_ENV) built twice from the same seed, each configured by its
+    callable (e.g. the PyTorch path vs a Triton op), on the same tokens: both losses and the largest relative
+    gradient difference. The output projections and down-projections are made non-zero first, so every path
+    carries gradient."""
+    import torch
+    h = tg.Hyperparameters.from_env(dict(TINY_MODEL_ENV))
+    ids = torch.randint(0, h.vocab_size, (2, h.train_seq_len + 1), generator=torch.Generator().manual_seed(seed))
+    outcomes = []
+    for configure in (configure_a, configure_b):
+        model = tg.build_model(h, torch.device("cpu"))
+        configure(model)
+        with torch.no_grad():
+            model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
+            model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
+        loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        outcomes.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_a, grads_a), (loss_b, grads_b) = outcomes
+    return {
+        "loss": [loss_a, loss_b], "grad_names": sorted(grads_a) == sorted(grads_b), "num_grads": len(grads_a),
+        "max_grad_rel": max(((grads_b[n] - grads_a[n]).abs().max() / grads_a[n].abs().max()).item()
+                            for n in grads_a if grads_a[n].abs().max() > 0),
+        "grad_max": {n: g.abs().max().item() for n, g in grads_a.items()}}
+
+
 def load_train_gpt(name: str = "train_gpt"):
     """Import the single-file trainer the way STYLE.md prescribes (register in sys.modules before exec)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "train_gpt.py")

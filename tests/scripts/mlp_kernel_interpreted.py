@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tgpt_util import TINY_MODEL_ENV, load_train_gpt  # noqa: E402
+from tgpt_util import compare_tiny_model_step, load_train_gpt  # noqa: E402
 
 tg = load_train_gpt()
 op = tg.fused_mlp_op()
@@ -54,22 +54,6 @@ want = torch.autograd.grad(tg.leaky_relu_sq_mlp(x, w_up, w_down).square().sum(),
 results["frozen"] = {"dx": relative(dx, want)}
 
 # one tiny-model step (fp32): loss and every gradient, Triton MLP vs PyTorch MLP, same weights and tokens
-h = tg.Hyperparameters.from_env(dict(TINY_MODEL_ENV))
-ids = torch.randint(0, h.vocab_size, (2, h.train_seq_len + 1), generator=generator)
-outcomes = {}
-for kernel in ("torch", "triton"):
-    model = tg.build_model(h, torch.device("cpu"))
-    model.set_attention_backend("sdpa_cpu")
-    model.set_mlp_kernel(kernel)
-    with torch.no_grad():  # non-zero output projections and down-projections, so every path carries gradient
-        model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
-        model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
-    loss = model(ids[:, :-1], ids[:, 1:])
-    loss.backward()
-    outcomes[kernel] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-(loss_t, grads_t), (loss_f, grads_f) = outcomes["torch"], outcomes["triton"]
-results["model"] = {
-    "loss": [loss_t, loss_f], "grad_names": sorted(grads_t) == sorted(grads_f), "num_grads": len(grads_t),
-    "max_grad_rel": max(relative(grads_f[n], grads_t[n]) for n in grads_t if grads_t[n].abs().max() > 0),
-    "mlp_up_grad": grads_t["mlp_up_bank"].abs().max().item()}
+results["model"] = compare_tiny_model_step(tg, lambda model: model.set_mlp_kernel("torch"),
+                                           lambda model: model.set_mlp_kernel("triton"))
 print(json.dumps(results))
