@@ -938,29 +938,37 @@ def _qk_norm_rope_backward(grad: Tensor, x: Tensor, cos_full: Tensor, sin_full: 
     return dx, dgain_rows.view(-1, heads).sum(0) if gain is not None else dgain_rows
 
 
-def fused_qk_norm_rope_op() -> Callable:
-    """torch.ops.pgolf.qk_norm_rope (registered once per process, so reloading this file reuses it): x (B, T, H, D)
-    -> (B, T, H * repeat, D), head h * repeat + j holding RoPE(rms_norm(x[:, :, h])) * gain[h]; differentiable in x
-    and gain. Needs Triton; the compiled graph keeps it as one kernel per direction."""
+def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
+                       grad_fn: Callable) -> Callable:
+    """torch.ops.pgolf.<name> with its backward as torch.ops.pgolf.<name>_backward, both `torch.library.triton_op`s
+    (so the compiled graph keeps their kernels), registered once per process (reloading this file reuses them)."""
     if triton is None:
-        raise RuntimeError("QK_KERNEL=triton needs the triton package (it ships with CUDA builds of torch)")
+        raise RuntimeError("%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name)
     namespace = torch.ops.pgolf
-    if not hasattr(namespace, "qk_norm_rope"):
-        forward = torch.library.triton_op("pgolf::qk_norm_rope", mutates_args=())(_qk_norm_rope_forward)
-        backward = torch.library.triton_op("pgolf::qk_norm_rope_backward", mutates_args=())(_qk_norm_rope_backward)
+    if not hasattr(namespace, name):
+        op = torch.library.triton_op("pgolf::" + name, mutates_args=())(forward)
+        torch.library.triton_op("pgolf::%s_backward" % name, mutates_args=())(backward)
+        op.register_autograd(grad_fn, setup_context=setup_context)
+    return getattr(namespace, name)
 
-        def setup_context(ctx, inputs, output):
-            x, cos_full, sin_full, gain, rope_dims, repeat = inputs
-            ctx.save_for_backward(x, cos_full, sin_full, gain)
-            ctx.rope_dims, ctx.repeat = rope_dims, repeat
 
-        def grad_fn(ctx, grad):
-            x, cos_full, sin_full, gain = ctx.saved_tensors
-            dx, dgain = backward(grad, x, cos_full, sin_full, gain, ctx.rope_dims, ctx.repeat)
-            return dx, None, None, None if gain is None else dgain.to(gain.dtype), None, None
+def _qk_setup_context(ctx, inputs, output) -> None:
+    x, cos_full, sin_full, gain, rope_dims, repeat = inputs
+    ctx.save_for_backward(x, cos_full, sin_full, gain)
+    ctx.rope_dims, ctx.repeat = rope_dims, repeat
 
-        forward.register_autograd(grad_fn, setup_context=setup_context)
-    return namespace.qk_norm_rope
+
+def _qk_grad(ctx, grad: Tensor) -> tuple:
+    x, cos_full, sin_full, gain = ctx.saved_tensors
+    dx, dgain = torch.ops.pgolf.qk_norm_rope_backward(grad, x, cos_full, sin_full, gain, ctx.rope_dims, ctx.repeat)
+    return dx, None, None, None if gain is None else dgain.to(gain.dtype), None, None
+
+
+def fused_qk_norm_rope_op() -> Callable:
+    """torch.ops.pgolf.qk_norm_rope: x (B, T, H, D) -> (B, T, H * repeat, D), head h * repeat + j holding
+    RoPE(rms_norm(x[:, :, h])) * gain[h]; differentiable in x and gain. One kernel per direction."""
+    return register_triton_op("qk_norm_rope", "QK_KERNEL", _qk_norm_rope_forward, _qk_norm_rope_backward,
+                              _qk_setup_context, _qk_grad)
 
 
 LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation (SPEC §4)
@@ -1096,33 +1104,26 @@ def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden:
     return dx, dw_up, torch.mm(grad_rows.t(), act) if need_w_down else w_down.new_empty(0)
 
 
+def _mlp_setup_context(ctx, inputs, output) -> None:
+    x, w_up, w_down, save_hidden = inputs
+    _, hidden, act = output
+    if not save_hidden:
+        raise RuntimeError("pgolf::mlp was called with save_hidden=False under autograd")
+    ctx.save_for_backward(x, w_up, w_down, hidden, act)
+    ctx.mark_non_differentiable(hidden, act)
+
+
+def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
+    x, w_up, w_down, hidden, act = ctx.saved_tensors
+    needed = tuple(bool(flag) for flag in ctx.needs_input_grad[:3])
+    grads = torch.ops.pgolf.mlp_backward(grad, x, w_up, w_down, hidden, act, *needed)
+    return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
+
+
 def fused_mlp_op() -> Callable:
-    """x (..., d), w_up (F, d), w_down (d, F) -> leaky_relu(x w_up^T, 0.5)^2 w_down^T via torch.ops.pgolf.mlp
-    (registered once per process; it also returns the saved hidden layers); differentiable in all three. Returns a
-    callable giving the output alone."""
-    if triton is None:
-        raise RuntimeError("MLP_KERNEL=triton needs the triton package (it ships with CUDA builds of torch)")
-    namespace = torch.ops.pgolf
-    if not hasattr(namespace, "mlp"):
-        forward = torch.library.triton_op("pgolf::mlp", mutates_args=())(_mlp_forward)
-        backward = torch.library.triton_op("pgolf::mlp_backward", mutates_args=())(_mlp_backward)
-
-        def setup_context(ctx, inputs, output):
-            x, w_up, w_down, save_hidden = inputs
-            _, hidden, act = output
-            if not save_hidden:
-                raise RuntimeError("pgolf::mlp was called with save_hidden=False under autograd")
-            ctx.save_for_backward(x, w_up, w_down, hidden, act)
-            ctx.mark_non_differentiable(hidden, act)
-
-        def grad_fn(ctx, grad, _grad_hidden, _grad_act):
-            x, w_up, w_down, hidden, act = ctx.saved_tensors
-            needed = tuple(bool(flag) for flag in ctx.needs_input_grad[:3])
-            grads = backward(grad, x, w_up, w_down, hidden, act, *needed)
-            return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
-
-        forward.register_autograd(grad_fn, setup_context=setup_context)
-    op = namespace.mlp
+    """x (..., d), w_up (F, d), w_down (d, F) -> leaky_relu(x w_up^T, 0.5)^2 w_down^T via torch.ops.pgolf.mlp (which
+    also returns the hidden layers it saves); differentiable in all three. Returns a callable giving the output."""
+    op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
 
     def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
         return op(x, w_up, w_down, torch.is_grad_enabled())[0]
