@@ -149,7 +149,7 @@ class Hyperparameters:
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"
-    qk_kernel: str = "auto"  # q/k RMSNorm + RoPE (+ q gain, K's GQA repeat): triton (fused), torch, auto
+    qk_kernel: str = "auto"  # attention inputs: one q/k/v GEMM + fused q/k norm/RoPE (triton), torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
 
     @classmethod
@@ -826,7 +826,7 @@ def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Te
 
 def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, gain: Optional[Tensor],
                  repeat: int) -> Tensor:
-    """The q/k path in PyTorch (QK_KERNEL=torch, and the reference of the fused op below): RoPE(rms_norm(x)),
+    """The q/k path in PyTorch (QK_KERNEL=torch, and part of qkv_heads, the fused op's reference): RoPE(rms_norm(x)),
     times the per-head gain, each head repeated `repeat` times."""
     y = apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap)
     if gain is not None:
@@ -834,10 +834,29 @@ def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, ga
     return y.repeat_interleave(repeat, dim=2) if repeat > 1 else y
 
 
-# The same q/k path as one Triton kernel each way (QK_KERNEL, chosen in section 9): y = RoPE(rms_norm(x)) * gain
-# per row of head_dim values, written `repeat` times (K's GQA repeat for SDPA), and its backward with the repeat
-# summed back. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm rounded to x.dtype before RoPE.
-# It moves each tensor once per direction, where the compiler's kernels read q/k ~2x (bench/NOTES.md).
+def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
+              gain: Tensor, num_heads: int, rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """The attention inputs from one fused projection qkv (B, T, (H + 2 Hkv) D) in PyTorch (the reference of the
+    fused op below): q = RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each
+    repeated `repeat` times."""
+    batch, seq_len, width = qkv.shape
+    head_dim = cos_full.size(1)
+    kv_heads = (width // head_dim - num_heads) // 2
+    q, k, v = qkv.split((num_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
+    if value_embed is not None:
+        v = v + value_embed
+    q = qk_norm_rope(q.view(batch, seq_len, num_heads, head_dim), cos_full, sin_full, swap, gain, 1)
+    k = qk_norm_rope(k.view(batch, seq_len, kv_heads, head_dim), cos_full, sin_full, swap, None, repeat)
+    v = v.reshape(batch, seq_len, kv_heads, head_dim)
+    return q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v
+
+
+# The same attention inputs as one Triton op (QK_KERNEL, chosen in section 9), fed by one GEMM for q, k and v
+# (section 4's attention forward). Per row of head_dim values one kernel computes y = RoPE(rms_norm(x)) * gain
+# for q and k, or y = x + value_embed for v, and writes it `repeat` times (the GQA repeat for SDPA); its backward
+# sums the repeats and writes dq, dk, dv straight into one (B, T, (H + 2 Hkv) D) gradient, so the backward of the
+# projection is one GEMM for dx and one for dW. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm
+# rounded to x.dtype before RoPE. Each tensor moves once per direction (bench/NOTES.md).
 if triton is not None:
     @triton.jit
     def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
@@ -848,94 +867,132 @@ if triton is not None:
         return r, d, swap, r < rows, r % heads, (r // heads) % seq_len, r // (heads * seq_len)
 
     @triton.jit
-    def _qk_norm_rope_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, out_ptr, rows, heads, seq_len, sxb, sxt, sxh, repeat,
-                          eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
-                          HAS_GAIN: tl.constexpr, BLOCK_R: tl.constexpr):
+    def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, rows, heads, seq_len, column, sxb,
+                       sxt, sxh, repeat, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
+                       NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
+                       BLOCK_R: tl.constexpr):
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
         ok2 = ok[:, None]
-        x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh)[:, None]
+        x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
-        x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
-        inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
-        norm = (x * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
-        norm_swap = (x_swap * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
-        table = (t * HEAD_DIM)[:, None] + d[None, :]
-        cos = tl.load(cos_ptr + table, mask=ok2, other=0.0).to(tl.float32)
-        sin = tl.load(sin_ptr + table, mask=ok2, other=0.0).to(tl.float32)
-        y = norm * cos + norm_swap * sin
-        if HAS_GAIN:
-            y = y * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
+        if NORM_ROPE:
+            x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+            norm = (x * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
+            norm_swap = (x_swap * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
+            table = (t * HEAD_DIM)[:, None] + d[None, :]
+            cos = tl.load(cos_ptr + table, mask=ok2, other=0.0).to(tl.float32)
+            sin = tl.load(sin_ptr + table, mask=ok2, other=0.0).to(tl.float32)
+            y = norm * cos + norm_swap * sin
+            if HAS_GAIN:
+                y = y * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
+        else:
+            y = x
+            if HAS_ADD:
+                y += tl.load(add_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], mask=ok2,
+                             other=0.0).to(tl.float32)
         y = y.to(out_ptr.dtype.element_ty)
         out_row = out_ptr + (r.to(tl.int64) * repeat * HEAD_DIM)[:, None] + d[None, :]
         for j in range(repeat):
             tl.store(out_row + j * HEAD_DIM, y, mask=ok2)
 
     @triton.jit
-    def _qk_norm_rope_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dx_ptr, dgain_ptr, rows, heads, seq_len,
-                          sxb, sxt, sxh, syb, syt, syh, syd, repeat, eps, HEAD_DIM: tl.constexpr,
-                          HALF: tl.constexpr, ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, BLOCK_R: tl.constexpr):
+    def _qkv_heads_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dx_ptr, dadd_ptr, dgain_ptr, rows, heads,
+                       seq_len, column, sxb, sxt, sxh, syb, syt, syh, syd, repeat, eps, HEAD_DIM: tl.constexpr,
+                       HALF: tl.constexpr, ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr,
+                       HAS_ADD: tl.constexpr, BLOCK_R: tl.constexpr):
+        """x and dx: the projection and its gradient, same strides, this part's columns from `column` on."""
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
         ok2 = ok[:, None]
-        x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh)[:, None]
-        x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        x_offset = (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         dy = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
-        dy_swap = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
         dy_row = dy_ptr + (b.to(tl.int64) * syb + t * syt + h * repeat * syh)[:, None]
         for j in range(repeat):  # the GQA repeat's gradient: the sum over the copies
             dy += tl.load(dy_row + j * syh + d[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
-            dy_swap += tl.load(dy_row + j * syh + swap[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
-        table = (t * HEAD_DIM)[:, None]
-        cos = tl.load(cos_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
-        sin = tl.load(sin_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
-        sin_swap = tl.load(sin_ptr + table + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
-        inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
-        dnorm = dy * cos + dy_swap * sin_swap  # RoPE transposed: the swap is its own inverse
-        if HAS_GAIN:
-            x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
-            norm = (x * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
-            norm_swap = (x_swap * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
-            tl.store(dgain_ptr + r, tl.sum(dy * (norm * cos + norm_swap * sin), axis=1), mask=ok)
-            dnorm = dnorm * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
-        unit = x * inv
-        dx = inv * (dnorm - unit * (tl.sum(dnorm * unit, axis=1) / HEAD_DIM)[:, None])
-        tl.store(dx_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=ok2)
+        if NORM_ROPE:
+            dy_swap = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
+            for j in range(repeat):
+                dy_swap += tl.load(dy_row + j * syh + swap[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + x_offset + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+            table = (t * HEAD_DIM)[:, None]
+            cos = tl.load(cos_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+            sin = tl.load(sin_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+            sin_swap = tl.load(sin_ptr + table + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+            dnorm = dy * cos + dy_swap * sin_swap  # RoPE transposed: the swap is its own inverse
+            if HAS_GAIN:
+                x_swap = tl.load(x_ptr + x_offset + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
+                norm = (x * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
+                norm_swap = (x_swap * inv).to(dx_ptr.dtype.element_ty).to(tl.float32)
+                tl.store(dgain_ptr + r, tl.sum(dy * (norm * cos + norm_swap * sin), axis=1), mask=ok)
+                dnorm = dnorm * tl.load(gain_ptr + h, mask=ok, other=0.0).to(tl.float32)[:, None]
+            unit = x * inv
+            dx = inv * (dnorm - unit * (tl.sum(dnorm * unit, axis=1) / HEAD_DIM)[:, None])
+        else:
+            dx = dy
+            if HAS_ADD:
+                tl.store(dadd_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :],
+                         dx.to(dadd_ptr.dtype.element_ty), mask=ok2)
+        tl.store(dx_ptr + x_offset + d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok2)
 
 QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 
-def _qk_launch_shape(x: Tensor, rope_dims: int) -> tuple:
-    batch, seq_len, heads, head_dim = x.shape
-    rows = batch * seq_len * heads
-    return rows, heads, seq_len, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
-                                      num_warps=QK_NUM_WARPS), (triton.cdiv(rows, QK_BLOCK_ROWS),)
+def _qkv_parts(qkv: Tensor, head_dim: int, num_heads: int) -> tuple:
+    """(heads, column offset) of q, k and v inside the fused projection's last dimension."""
+    kv_heads = (qkv.size(-1) // head_dim - num_heads) // 2
+    if qkv.size(-1) != (num_heads + 2 * kv_heads) * head_dim or kv_heads < 1:
+        raise ValueError("fused q/k/v op: projection width %d is not (num_heads=%d + 2 * kv_heads) * head_dim=%d"
+                         % (qkv.size(-1), num_heads, head_dim))
+    return (num_heads, 0), (kv_heads, num_heads * head_dim), (kv_heads, (num_heads + kv_heads) * head_dim)
 
 
-def _qk_norm_rope_forward(x: Tensor, cos_full: Tensor, sin_full: Tensor, gain: Optional[Tensor], rope_dims: int,
-                          repeat: int) -> Tensor:
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    rows, heads, seq_len, meta, grid = _qk_launch_shape(x, rope_dims)
-    out = x.new_empty(x.size(0), seq_len, heads * repeat, x.size(-1))
-    torch.library.wrap_triton(_qk_norm_rope_fwd)[grid](
-        x, cos_full, sin_full, x if gain is None else gain, out, rows, heads, seq_len, x.stride(0), x.stride(1),
-        x.stride(2), repeat, RMS_NORM_EPS, HAS_GAIN=gain is not None, **meta)
-    return out
+def _qkv_launch(qkv: Tensor, heads: int, rope_dims: int, head_dim: int) -> tuple:
+    rows = qkv.size(0) * qkv.size(1) * heads
+    return rows, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
+                      num_warps=QK_NUM_WARPS), (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
 
 
-def _qk_norm_rope_backward(grad: Tensor, x: Tensor, cos_full: Tensor, sin_full: Tensor, gain: Optional[Tensor],
-                           rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor]:
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    rows, heads, seq_len, meta, grid = _qk_launch_shape(x, rope_dims)
-    dx = x.new_empty(x.shape)
-    dgain_rows = x.new_empty(rows if gain is not None else 0, dtype=torch.float32)
-    torch.library.wrap_triton(_qk_norm_rope_bwd)[grid](
-        x, cos_full, sin_full, x if gain is None else gain, grad, dx, dgain_rows, rows, heads, seq_len,
-        x.stride(0), x.stride(1), x.stride(2), *grad.stride(), repeat, RMS_NORM_EPS, HAS_GAIN=gain is not None,
-        **meta)
-    return dx, dgain_rows.view(-1, heads).sum(0) if gain is not None else dgain_rows
+def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
+                       gain: Tensor, num_heads: int, rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor, Tensor]:
+    qkv = qkv.contiguous()
+    batch, seq_len, width = qkv.shape
+    head_dim = cos_full.size(1)
+    outputs = []
+    for part, (heads, column) in enumerate(_qkv_parts(qkv, head_dim, num_heads)):
+        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+        times = 1 if part == 0 else repeat
+        out = qkv.new_empty(batch, seq_len, heads * times, head_dim)
+        add = value_embed.contiguous() if part == 2 and value_embed is not None else None
+        torch.library.wrap_triton(_qkv_heads_fwd)[grid](
+            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, rows, heads, seq_len, column,
+            seq_len * width, width, head_dim, times, RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
+            HAS_ADD=add is not None, **meta)
+        outputs.append(out)
+    return tuple(outputs)
+
+
+def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, qkv: Tensor, cos_full: Tensor, sin_full: Tensor,
+                        gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+                        has_value_embed: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(d_qkv, d_value_embed (empty without one), d_gain)."""
+    qkv = qkv.contiguous()
+    batch, seq_len, width = qkv.shape
+    head_dim = cos_full.size(1)
+    d_qkv = qkv.new_empty(qkv.shape)
+    parts = _qkv_parts(qkv, head_dim, num_heads)
+    d_add = qkv.new_empty(batch, seq_len, parts[2][0] * head_dim if has_value_embed else 0)
+    d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
+    for part, ((heads, column), grad) in enumerate(zip(parts, (dq, dk, dv))):
+        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+        torch.library.wrap_triton(_qkv_heads_bwd)[grid](
+            qkv, cos_full, sin_full, gain, grad, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
+            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
+            RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, **meta)
+    return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
 
 
 def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
@@ -952,23 +1009,24 @@ def register_triton_op(name: str, env_name: str, forward: Callable, backward: Ca
     return getattr(namespace, name)
 
 
-def _qk_setup_context(ctx, inputs, output) -> None:
-    x, cos_full, sin_full, gain, rope_dims, repeat = inputs
-    ctx.save_for_backward(x, cos_full, sin_full, gain)
-    ctx.rope_dims, ctx.repeat = rope_dims, repeat
+def _qkv_setup_context(ctx, inputs, output) -> None:
+    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat = inputs
+    ctx.save_for_backward(qkv, cos_full, sin_full, gain)
+    ctx.has_value_embed, ctx.config = value_embed is not None, (num_heads, rope_dims, repeat)
 
 
-def _qk_grad(ctx, grad: Tensor) -> tuple:
-    x, cos_full, sin_full, gain = ctx.saved_tensors
-    dx, dgain = torch.ops.pgolf.qk_norm_rope_backward(grad, x, cos_full, sin_full, gain, ctx.rope_dims, ctx.repeat)
-    return dx, None, None, None if gain is None else dgain.to(gain.dtype), None, None
+def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor) -> tuple:
+    qkv, cos_full, sin_full, gain = ctx.saved_tensors
+    d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, qkv, cos_full, sin_full, gain,
+                                                               *ctx.config, ctx.has_value_embed)
+    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None)
 
 
-def fused_qk_norm_rope_op() -> Callable:
-    """torch.ops.pgolf.qk_norm_rope: x (B, T, H, D) -> (B, T, H * repeat, D), head h * repeat + j holding
-    RoPE(rms_norm(x[:, :, h])) * gain[h]; differentiable in x and gain. One kernel per direction."""
-    return register_triton_op("qk_norm_rope", "QK_KERNEL", _qk_norm_rope_forward, _qk_norm_rope_backward,
-                              _qk_setup_context, _qk_grad)
+def fused_qkv_heads_op() -> Callable:
+    """torch.ops.pgolf.qkv_heads: qkv_heads() above (less the swap index) as one op; differentiable in qkv,
+    value_embed and gain. Three kernels per direction (q, k, v), none of them touching a tensor twice."""
+    return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
+                              _qkv_setup_context, _qkv_grad)
 
 
 LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation (SPEC §4)
@@ -1152,23 +1210,26 @@ class CausalSelfAttention(nn.Module):
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
         self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
         self.backend = "sdpa"
-        self.qk_op: Optional[Callable] = None  # fused_qk_norm_rope_op() when QK_KERNEL selects Triton
+        self.qkv_op: Optional[Callable] = None  # fused_qkv_heads_op() when QK_KERNEL selects Triton
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor]) -> Tensor:
         batch, seq_len, _ = x.shape
-        q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
-        k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
-        v = F.linear(x, w_v.to(x.dtype))
-        if value_embed is not None:
-            v = v + value_embed
-        v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
-        if self.qk_op is not None:  # K and V leave here already repeated to all heads (not for FA3: native GQA)
+        if self.qkv_op is not None:
+            # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
+            # which takes GQA natively), so v is every repeat-th head for XSA
             repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
-            q = self.qk_op(q, rope[0], rope[1], self.q_gain.to(q.dtype), self.rope_dims, 1)
-            k = self.qk_op(k, rope[0], rope[1], None, self.rope_dims, repeat)
-            y = causal_attention(q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, self.backend)
+            qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
+            q, k, v = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype), self.num_heads,
+                                  self.rope_dims, repeat)
+            y, v = causal_attention(q, k, v, self.backend), v[:, :, ::repeat]
         else:
+            q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
+            k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
+            v = F.linear(x, w_v.to(x.dtype))
+            if value_embed is not None:
+                v = v + value_embed
+            v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
             y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
         if self.use_xsa:
@@ -1297,9 +1358,9 @@ class GPT(nn.Module):
             nn.init.zeros_(self.lm_head.weight)
 
     def set_attention_backend(self, backend: str, qk_kernel: str = "torch") -> None:
-        qk_op = fused_qk_norm_rope_op() if qk_kernel == "triton" else None
+        qkv_op = fused_qkv_heads_op() if qk_kernel == "triton" else None
         for block in self.blocks:
-            block.attn.backend, block.attn.qk_op = backend, qk_op
+            block.attn.backend, block.attn.qkv_op = backend, qkv_op
 
     def set_mlp_kernel(self, mlp_kernel: str) -> None:
         mlp_op = fused_mlp_op() if mlp_kernel == "triton" else None
@@ -2197,7 +2258,8 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
 
 
 def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """The q/k RMSNorm + RoPE path: QK_KERNEL (see select_kernel)."""
+    """The attention inputs (one q/k/v GEMM, then q/k RMSNorm + RoPE, q gain, GQA repeat): QK_KERNEL (see
+    select_kernel)."""
     return select_kernel("QK_KERNEL", h.qk_kernel,
                          lambda: _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device),
                          dist_info)
@@ -2210,22 +2272,26 @@ def select_mlp_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str
 
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
-    """Fused op vs the PyTorch form on a small GQA-shaped input, forward and both gradients, in fp32."""
+    """Fused q/k/v op vs the PyTorch form (qkv_heads) on a small GQA-shaped input with a value embedding: the three
+    outputs and the gradients of qkv, value_embed and gain, in fp32."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 16, 2, head_dim, generator=generator).to(device).requires_grad_()
+
+    def make(*shape):
+        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
+    qkv, value_embed = make(2, 16, 4 * head_dim), make(2, 16, head_dim)
     gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
-    grad = torch.randn(2, 16, 4, head_dim, generator=generator).to(device)
+    grads = [torch.randn(2, 16, 2, head_dim, generator=generator).to(device) for _ in range(3)]
     cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
-    op = fused_qk_norm_rope_op()
-    outputs = (op(x, cos_full, sin_full, gain, rope_dims, 2),
-               qk_norm_rope(x, cos_full, sin_full, swap, gain, 2))
-    results = [(out,) + torch.autograd.grad(out, (x, gain), grad) for out in outputs]
-    for name, fused, reference in zip(("forward", "dx", "dgain"), *results):
+    inputs = (qkv, value_embed, gain)
+    outputs = (fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2),
+               qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2))
+    results = [out + torch.autograd.grad(out, inputs, grads) for out in outputs]
+    for name, fused, reference in zip(("q", "k", "v", "d_qkv", "d_value_embed", "d_gain"), *results):
         error = (fused - reference).abs().max().item()
         if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
-            raise RuntimeError("fused q/k kernel differs from the PyTorch form: %s max error %.3g" % (name, error))
+            raise RuntimeError("fused q/k/v op differs from the PyTorch form: %s max error %.3g" % (name, error))
 
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:

@@ -33,7 +33,7 @@ FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("attention", ("fmha", "flash", "attention", "sdpa", "cudnn")),
     ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "matmul")),
     ("triton", ("triton",)),
-    ("qk kernel", ("_qk_norm_rope",)),  # train_gpt.py's own Triton kernels (QK_KERNEL=triton)
+    ("qkv kernel", ("_qkv_heads", "_qk_norm_rope")),  # train_gpt.py's own Triton kernels (QK_KERNEL=triton)
     ("mlp kernel", ("_mlp_up_act_fwd", "_mlp_act_grad_bwd")),  # and its GEMMs with the activation (MLP_KERNEL)
     ("copy/memset", ("memcpy", "memset", "copy")),
 )

@@ -1,7 +1,9 @@
-"""The fused q/k RMSNorm + partial RoPE (+ q gain, + K's GQA repeat) op of train_gpt.py against the compiled
-PyTorch form it replaces, at the record's micro-batch shape (48 x 2048 tokens, 8 query / 4 KV heads of 64): the
-largest bf16 differences relative to the largest reference value (forward, dx, dgain) and the GPU time per call, forward and forward+backward, for a sweep of
-launch configurations (rows per program x warps). The upstream gradient has SDPA's (B, H, T, D) layout.
+"""The fused q/k/v op of train_gpt.py (QK_KERNEL: from the one q/k/v projection to SDPA's inputs: q/k RMSNorm +
+partial RoPE, q gain, value embedding, K and V repeated to all heads) against the compiled PyTorch form it
+replaces (qkv_heads), at the record's micro-batch shape (48 x 2048 tokens, 8 query / 4 KV heads of 64): the largest
+bf16 differences relative to the largest reference value (q, k, v, d_qkv, d_gain, d_value_embed) and the GPU time
+per call, forward and forward+backward, for a sweep of launch configurations (rows per program x warps). The
+upstream gradients have SDPA's (B, H, T, D) layout.
 
   python bench/qk_kernel.py                      # default sweep
   python bench/qk_kernel.py --configs 32x4 64x8  # rows x warps
@@ -38,56 +40,48 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("qk_kernel.py needs a CUDA GPU")
-    tg = load_trainer(args.module, needed=("fused_qk_norm_rope_op", "qk_norm_rope", "QK_BLOCK_ROWS"))
+    tg = load_trainer(args.module, needed=("fused_qkv_heads_op", "qkv_heads", "QK_BLOCK_ROWS"))
     h = tg.Hyperparameters.from_env({})
     batch = h.train_batch_tokens // h.train_seq_len // 8
     seq_len, heads, kv_heads, head_dim = h.train_seq_len, h.num_heads, h.num_kv_heads, h.model_dim // h.num_heads
+    repeat = heads // kv_heads
     device, dtype = torch.device("cuda"), torch.bfloat16
     rope = tg.rotary_tables(seq_len, head_dim, h.rope_dims, h.rope_base, device, dtype)
-    op = tg.fused_qk_norm_rope_op()
-
-    compiled_reference = torch.compile(lambda x, gain, repeat: tg.qk_norm_rope(x, *rope, gain, repeat), dynamic=False)
+    op = tg.fused_qkv_heads_op()
+    compiled_reference = torch.compile(
+        lambda qkv, ve, gain: tg.qkv_heads(qkv, ve, *rope, gain, heads, h.rope_dims, repeat), dynamic=False)
     generator = torch.Generator(device=device).manual_seed(0)
-    print("shape B=%d T=%d H=%d Hkv=%d D=%d rope_dims=%d, bf16" % (batch, seq_len, heads, kv_heads, head_dim,
-                                                                    h.rope_dims))
-    print("%-6s %-8s %9s %9s %9s %10s %12s" % ("tensor", "impl", "fwd_err", "dx_err", "dgain_err", "fwd_ms",
-                                               "fwd+bwd_ms"))
+    print("shape B=%d T=%d H=%d Hkv=%d D=%d rope_dims=%d, bf16, with a value embedding" % (
+        batch, seq_len, heads, kv_heads, head_dim, h.rope_dims))
+    names = ("q", "k", "v", "d_qkv", "d_gain", "d_ve")
+    print(("%-8s" + " %8s" * len(names) + " %10s %12s") % (("impl",) + names + ("fwd_ms", "fwd+bwd_ms")))
     print("(errors: max |fused - torch| / max |torch|; one bf16 rounding step is 2^-8 = 3.9e-03 of a value)")
-    for name, in_heads, repeat, with_gain in (("q", heads, 1, True), ("k", kv_heads, heads // kv_heads, False)):
-        x = torch.randn(batch, seq_len, in_heads * head_dim, device=device, generator=generator).to(dtype)
-        x = x.view(batch, seq_len, in_heads, head_dim).requires_grad_()
-        gain = (torch.rand(in_heads, device=device, generator=generator) + 1.0).to(dtype).requires_grad_() \
-            if with_gain else None
-        grad = torch.randn(batch, heads, seq_len, head_dim, device=device, generator=generator).to(dtype)
-        grad = grad.transpose(1, 2)
-        inputs = [x] + ([gain] if with_gain else [])
-        ref_out = compiled_reference(x, gain, repeat)
-        ref_grads = torch.autograd.grad(ref_out, inputs, grad)
 
-        def torch_fwd():
-            with torch.no_grad():
-                compiled_reference(x, gain, repeat)
-
-        def torch_fwd_bwd():
-            torch.autograd.grad(compiled_reference(x, gain, repeat), inputs, grad)
-        print("%-6s %-8s %9s %9s %9s %10.4f %12.4f" % (name, "torch", "-", "-", "-", timed_ms(torch_fwd, args.iters),
-                                                       timed_ms(torch_fwd_bwd, args.iters)))
-        for config in args.configs:
-            tg.QK_BLOCK_ROWS, tg.QK_NUM_WARPS = (int(part) for part in config.split("x"))
-            out = op(x, rope[0], rope[1], gain, h.rope_dims, repeat)
-            grads = torch.autograd.grad(out, inputs, grad)
+    def randn(*shape):
+        return torch.randn(*shape, device=device, generator=generator).to(dtype)
+    qkv = randn(batch, seq_len, (heads + 2 * kv_heads) * head_dim).requires_grad_()
+    ve = randn(batch, seq_len, kv_heads * head_dim).requires_grad_()
+    gain = (torch.rand(heads, device=device, generator=generator) + 1.0).to(dtype).requires_grad_()
+    grads = [randn(batch, heads, seq_len, head_dim).transpose(1, 2) for _ in range(3)]
+    inputs = (qkv, gain, ve)
+    ref_out = compiled_reference(qkv, ve, gain)
+    ref_grads = torch.autograd.grad(ref_out, inputs, grads)
+    fused = lambda: op(qkv, ve, rope[0], rope[1], gain, heads, h.rope_dims, repeat)  # noqa: E731
+    for label, run in (("torch", lambda: compiled_reference(qkv, ve, gain)), ("fused", fused)):
+        for config in args.configs if label == "fused" else [None]:
+            if config:
+                tg.QK_BLOCK_ROWS, tg.QK_NUM_WARPS = (int(part) for part in config.split("x"))
+            out = run()
             errors = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-                      for a, b in zip((out,) + grads, (ref_out,) + ref_grads)]
+                      for a, b in zip(out + torch.autograd.grad(out, inputs, grads), ref_out + ref_grads)]
 
-            def fused_fwd():
+            def forward():
                 with torch.no_grad():
-                    op(x, rope[0], rope[1], gain, h.rope_dims, repeat)
-
-            def fused_fwd_bwd():
-                torch.autograd.grad(op(x, rope[0], rope[1], gain, h.rope_dims, repeat), inputs, grad)
-            print("%-6s %-8s %9.2e %9.2e %9s %10.4f %12.4f" % (
-                name, config, errors[0], errors[1], "%.2e" % errors[2] if with_gain else "-",
-                timed_ms(fused_fwd, args.iters), timed_ms(fused_fwd_bwd, args.iters)), flush=True)
+                    run()
+            print(("%-8s" + " %8.2e" * len(names) + " %10.4f %12.4f") % (
+                (config or label,) + tuple(errors) + (timed_ms(forward, args.iters),
+                                                      timed_ms(lambda: torch.autograd.grad(run(), inputs, grads),
+                                                               args.iters))), flush=True)
     return 0
 
 
