@@ -1253,14 +1253,18 @@ class Block(nn.Module):
         self.mlp_op: Optional[Callable] = None  # fused_mlp_op() when MLP_KERNEL selects Triton
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
+        """x + attn_scale * attn(...), then + mlp_scale * mlp(...), with each per-channel scale folded into the rows
+        of the output projection's weight (scale * (a W^T) = a (scale * W)^T): the backward then reads the residual
+        gradient straight into the projection's GEMMs and gets d(scale) from the weight gradient, instead of
+        writing scale * gradient and reading the saved branch output per layer (bench/NOTES.md)."""
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
-        attn_out = self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
-        x = x + self.attn_scale.to(x.dtype) * attn_out
+        w_o = self.attn_scale[:, None] * w_o
+        x = x + self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
         mlp = self.mlp_op or leaky_relu_sq_mlp
-        mlp_out = mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
-        return x + self.mlp_scale.to(x.dtype) * mlp_out
+        w_down = self.mlp_scale[:, None] * w_down
+        return x + mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
 
 
 class BigramHash(nn.Module):
