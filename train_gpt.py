@@ -1217,12 +1217,12 @@ class CausalSelfAttention(nn.Module):
         batch, seq_len, _ = x.shape
         if self.qkv_op is not None:
             # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
-            # which takes GQA natively), so v is every repeat-th head for XSA
+            # which takes GQA natively)
             repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
             qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
             q, k, v = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype), self.num_heads,
                                   self.rope_dims, repeat)
-            y, v = causal_attention(q, k, v, self.backend), v[:, :, ::repeat]
+            y = causal_attention(q, k, v, self.backend)
         else:
             q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
             k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
@@ -1233,9 +1233,11 @@ class CausalSelfAttention(nn.Module):
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
             y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
         if self.use_xsa:
-            # XSA: remove from each head's output its component along its (unit) value vector.
-            group = self.num_heads // self.num_kv_heads
-            y = y.view(batch, seq_len, self.num_kv_heads, group, self.head_dim)
+            # XSA: remove from each head's output its component along its (unit) value vector. With V already
+            # repeated to all heads this is per head (group 1): the XSA gradient then adds to each copy's, and
+            # the fused op sums the copies once.
+            group = self.num_heads // v.size(2)
+            y = y.view(batch, seq_len, v.size(2), group, self.head_dim)
             v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
             y = y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit
         return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
