@@ -178,6 +178,45 @@ def test_partial_rope_is_the_spec_rotation_bit_for_bit_forward_and_backward(tgpt
     assert not torch.equal(got[..., :16], x[..., :16])  # the rotation did something
 
 
+def test_scales_folded_into_the_output_weights_are_the_spec_block(tgpt):
+    """Block.forward multiplies attn_scale/mlp_scale into the rows of W_o/W_down; the SPEC's block adds
+    scale * branch output. Same loss and every gradient (the scales' included) in fp32, against the SPEC form
+    written out here; attn_scale folded into W_o's columns instead (the wrong axis) does not pass."""
+    from tgpt_util import compare_tiny_model_step
+
+    def spec_block(block, x, x0, weights, rope, value_embed, attn_scale_on_columns=False):
+        w_q, w_k, w_v, w_o, w_up, w_down = weights
+        mix = block.resid_mix.to(x.dtype)
+        x = mix[0] * x + mix[1] * x0
+        if attn_scale_on_columns:  # the wrong fold: scales the attention's output features, not W_o's outputs
+            x = x + block.attn(tgpt.rms_norm(x) * block.norm_factor, w_q, w_k, w_v,
+                               w_o * block.attn_scale[None, :], rope, value_embed)
+        else:
+            attn = block.attn(tgpt.rms_norm(x) * block.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
+            x = x + block.attn_scale.to(x.dtype) * attn
+        mlp = tgpt.leaky_relu_sq_mlp(tgpt.rms_norm(x) * block.norm_factor, w_up, w_down)
+        return x + block.mlp_scale.to(x.dtype) * mlp
+
+    def use(forward):
+        def configure(model):
+            with torch.no_grad():  # scales away from 1, so a misplaced scale changes the numbers
+                for i, block in enumerate(model.blocks):
+                    block.attn_scale.copy_(torch.linspace(0.5, 1.5, block.attn_scale.numel()) + 0.1 * i)
+                    block.mlp_scale.copy_(torch.linspace(1.5, 0.5, block.mlp_scale.numel()) - 0.1 * i)
+            for block in model.blocks:
+                block.forward = forward.__get__(block)
+        return configure
+
+    result = compare_tiny_model_step(tgpt, use(tgpt.Block.forward), use(spec_block))
+    assert result["loss"][0] == pytest.approx(result["loss"][1], abs=1e-6)
+    assert result["grad_names"] and result["grad_max"]["blocks.0.attn_scale"] > 0
+    assert result["grad_max"]["blocks.3.mlp_scale"] > 0
+    assert result["max_grad_rel"] < 1e-5, result
+    wrong = compare_tiny_model_step(tgpt, use(tgpt.Block.forward),
+                                    use(lambda *args: spec_block(*args, attn_scale_on_columns=True)))
+    assert wrong["max_grad_rel"] > 1e-2, wrong
+
+
 def test_newton_schulz_is_near_orthogonal(tgpt):
     torch.manual_seed(0)
     for shape in ((3, 64, 128), (2, 96, 32)):
