@@ -7,10 +7,12 @@ the MLPs, whose down-projections start at zero): same weights and tokens, so the
 
   python bench/model_variants.py                       # all variants
   python bench/model_variants.py --variants base gqa   # some
-  python bench/model_variants.py --variants base qk_torch --profile 25   # fused q/k kernel vs PyTorch form
+  python bench/model_variants.py --variants base qk_torch --profile 25   # fused q/k/v op vs PyTorch form
   python bench/model_variants.py --variants base mlp_torch                # fused MLP kernel vs PyTorch form
+  python bench/model_variants.py --module OLD_train_gpt.py --variants base   # another commit's trainer
 
-Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection, and so on (see VARIANTS).
+Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection in PyTorch, and so on (see VARIANTS);
+`qkv*` replace the attention forward, fused q/k/v op included, with their PyTorch form.
 """
 import argparse
 import os
@@ -89,7 +91,7 @@ VARIANTS = {
     "base": [],
     "qk_torch": [qk_torch],
     "mlp_torch": [mlp_torch],
-    "gqa": [gqa_attention],
+    "gqa": [qk_torch, gqa_attention],  # the fused q/k/v op repeats K and V itself, so GQA needs the PyTorch path
     "qkv": [fused_qkv],
     "gqa_qkv": [gqa_attention, fused_qkv],
     "gqa_qkv_gain": [gqa_attention, lambda tg: fused_qkv(tg, gain_before_rope=True)],
