@@ -97,10 +97,12 @@ VARIANTS = {
     "gqa_qkv_gain": [gqa_attention, lambda tg: fused_qkv(tg, gain_before_rope=True)],
     "cdt": [inductor_flag("coordinate_descent_tuning", True)],
     "aggressive": [inductor_flag("aggressive_fusion", True)],
+    "combo": [inductor_flag("combo_kernels", True)],
+    "autotune_pointwise": [inductor_flag("max_autotune_pointwise", True)],
     "cudagraphs": [compile_mode("reduce-overhead")],
     "autotune": [compile_mode("max-autotune-no-cudagraphs")],
 }
-PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion")
+PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion", "combo_kernels", "max_autotune_pointwise")
 
 
 def run_variant(name: str, args) -> tuple:
