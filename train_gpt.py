@@ -40,7 +40,7 @@ try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-
     from flash_attn_interface import flash_attn_func as _flash_attn_func
 except ImportError:
     _flash_attn_func = None
-try:  # Triton (ships with CUDA builds of torch): the fused q/k RMSNorm + RoPE kernels of section 4
+try:  # Triton (ships with CUDA builds of torch): the fused q/k/v and MLP kernels of section 4
     import triton
     import triton.language as tl
 except ImportError:
