@@ -149,7 +149,7 @@ class Hyperparameters:
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"
-    qk_kernel: str = "auto"  # attention inputs: one q/k/v GEMM + fused q/k norm/RoPE (triton), torch, auto
+    qk_kernel: str = "auto"  # attention inputs (one q/k/v GEMM + fused norm/RoPE) and XSA: triton, torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
 
     @classmethod
@@ -758,6 +758,9 @@ def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> ValBatchF
 
 
 # ==== 4. MODEL ====
+RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
+
+
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
@@ -856,7 +859,9 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
 # for q and k, or y = x + value_embed for v, and writes it `repeat` times (the GQA repeat for SDPA); its backward
 # sums the repeats and writes dq, dk, dv straight into one (B, T, (H + 2 Hkv) D) gradient, so the backward of the
 # projection is one GEMM for dx and one for dW. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm
-# rounded to x.dtype before RoPE. Each tensor moves once per direction (bench/NOTES.md).
+# rounded to x.dtype before RoPE. Each tensor moves once per direction (bench/NOTES.md). Epsilons are constexpr: a
+# float argument would reach the kernel as fp64 inside torch.compile (inductor types Python floats so) and pull the
+# norm into fp64.
 if triton is not None:
     @triton.jit
     def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
@@ -868,8 +873,8 @@ if triton is not None:
 
     @triton.jit
     def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, rows, heads, seq_len, column, sxb,
-                       sxt, sxh, repeat, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
-                       NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
+                       sxt, sxh, repeat, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
+                       ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
                        BLOCK_R: tl.constexpr):
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
@@ -878,7 +883,7 @@ if triton is not None:
         x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
         if NORM_ROPE:
             x_swap = tl.load(x_row + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
-            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + EPS)[:, None]
             norm = (x * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
             norm_swap = (x_swap * inv).to(out_ptr.dtype.element_ty).to(tl.float32)
             table = (t * HEAD_DIM)[:, None] + d[None, :]
@@ -899,9 +904,9 @@ if triton is not None:
 
     @triton.jit
     def _qkv_heads_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dx_ptr, dadd_ptr, dgain_ptr, rows, heads,
-                       seq_len, column, sxb, sxt, sxh, syb, syt, syh, syd, repeat, eps, HEAD_DIM: tl.constexpr,
-                       HALF: tl.constexpr, ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr,
-                       HAS_ADD: tl.constexpr, BLOCK_R: tl.constexpr):
+                       seq_len, column, sxb, sxt, sxh, syb, syt, syh, syd, repeat, EPS: tl.constexpr,
+                       HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr, NORM_ROPE: tl.constexpr,
+                       HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr, BLOCK_R: tl.constexpr):
         """x and dx: the projection and its gradient, same strides, this part's columns from `column` on."""
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
@@ -920,7 +925,7 @@ if triton is not None:
             cos = tl.load(cos_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
             sin = tl.load(sin_ptr + table + d[None, :], mask=ok2, other=0.0).to(tl.float32)
             sin_swap = tl.load(sin_ptr + table + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
-            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+            inv = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + EPS)[:, None]
             dnorm = dy * cos + dy_swap * sin_swap  # RoPE transposed: the swap is its own inverse
             if HAS_GAIN:
                 x_swap = tl.load(x_ptr + x_offset + swap[None, :], mask=ok2, other=0.0).to(tl.float32)
@@ -938,7 +943,6 @@ if triton is not None:
         tl.store(dx_ptr + x_offset + d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok2)
 
 QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
-RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 
 def _qkv_parts(qkv: Tensor, head_dim: int, num_heads: int) -> tuple:
@@ -969,7 +973,7 @@ def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Ten
         add = value_embed.contiguous() if part == 2 and value_embed is not None else None
         torch.library.wrap_triton(_qkv_heads_fwd)[grid](
             qkv, cos_full, sin_full, gain, qkv if add is None else add, out, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, times, RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
+            seq_len * width, width, head_dim, times, EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
             HAS_ADD=add is not None, **meta)
         outputs.append(out)
     return tuple(outputs)
@@ -991,7 +995,7 @@ def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, qkv: Tensor, cos_ful
         torch.library.wrap_triton(_qkv_heads_bwd)[grid](
             qkv, cos_full, sin_full, gain, grad, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
             seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
-            RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, **meta)
+            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, **meta)
     return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
 
 
@@ -1027,6 +1031,113 @@ def fused_qkv_heads_op() -> Callable:
     value_embed and gain. Three kernels per direction (q, k, v), none of them touching a tensor twice."""
     return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
                               _qkv_setup_context, _qkv_grad)
+
+
+def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
+    """XSA in PyTorch (QK_KERNEL=torch, and the reference of the fused op below): y (B, T, H, D), v (B, T, Hv, D);
+    each head's output loses its component along its (unit) value vector, head h using value head h // (H / Hv)."""
+    batch, seq_len, heads, head_dim = y.shape
+    group = heads // v.size(2)
+    y = y.view(batch, seq_len, v.size(2), group, head_dim)
+    v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
+    return (y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit).view(batch, seq_len, heads, head_dim)
+
+
+# XSA as one Triton op (with the q/k/v op under QK_KERNEL): one kernel per direction over rows of v, each program
+# reading its v rows once and the `group` attention-output rows that use them (through their strides: no copy of
+# SDPA's output). The compiled PyTorch form takes two kernels forward (v's norm and y.u, then the subtraction: y and
+# v read twice) and two backward; this reads y, v (and the gradient) once and writes once, in fp32 inside. Same
+# formula as F.normalize: u = v / max(|v|, eps), and the norm's gradient only where |v| >= eps.
+if triton is not None:
+    @triton.jit
+    def _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
+        """Rows r of the contiguous v (B, T, Hv, D): (b, t, value head), the mask, u = v / max(|v|, eps), |v|."""
+        r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+        d = tl.arange(0, HEAD_DIM)
+        ok2 = (r < rows)[:, None]
+        v = tl.load(v_ptr + (r * HEAD_DIM)[:, None] + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        norm = tl.sqrt(tl.sum(v * v, axis=1))[:, None]
+        length = tl.maximum(norm, EPS)
+        return r // (v_heads * seq_len), (r // v_heads) % seq_len, r % v_heads, r, d, ok2, v / length, norm, length
+
+    @triton.jit
+    def _xsa_fwd(y_ptr, v_ptr, out_ptr, rows, v_heads, seq_len, group, syb, syt, syh, syd, EPS: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
+        """y and out: same strides (any); v contiguous."""
+        b, t, hv, r, d, ok2, unit, _, _ = _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS, HEAD_DIM, BLOCK_R)
+        for j in range(group):
+            offset = (b * syb + t * syt + (hv * group + j) * syh)[:, None] + d[None, :] * syd
+            y = tl.load(y_ptr + offset, mask=ok2, other=0.0).to(tl.float32)
+            out = y - tl.sum(y * unit, axis=1)[:, None] * unit
+            tl.store(out_ptr + offset, out.to(out_ptr.dtype.element_ty), mask=ok2)
+
+    @triton.jit
+    def _xsa_bwd(dout_ptr, y_ptr, v_ptr, dy_ptr, dv_ptr, rows, v_heads, seq_len, group, syb, syt, syh, syd, sgb,
+                 sgt, sgh, sgd, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
+        """out = y - (y.u) u: dy = g - (g.u) u; du = -((g.u) y + (y.u) g), summed over the group; then through
+        u = v / max(|v|, eps). y and dy: same strides; g (dout): its own; v and dv contiguous."""
+        b, t, hv, r, d, ok2, unit, norm, length = _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS, HEAD_DIM, BLOCK_R)
+        d_unit = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
+        for j in range(group):
+            h = hv * group + j
+            offset = (b * syb + t * syt + h * syh)[:, None] + d[None, :] * syd
+            g = tl.load(dout_ptr + (b * sgb + t * sgt + h * sgh)[:, None] + d[None, :] * sgd, mask=ok2,
+                        other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + offset, mask=ok2, other=0.0).to(tl.float32)
+            g_u = tl.sum(g * unit, axis=1)[:, None]
+            tl.store(dy_ptr + offset, (g - g_u * unit).to(dy_ptr.dtype.element_ty), mask=ok2)
+            d_unit -= g_u * y + tl.sum(y * unit, axis=1)[:, None] * g
+        radial = tl.where(norm >= EPS, tl.sum(d_unit * unit, axis=1)[:, None], 0.0)
+        dv = (d_unit - radial * unit) / length
+        tl.store(dv_ptr + (r * HEAD_DIM)[:, None] + d[None, :], dv.to(dv_ptr.dtype.element_ty), mask=ok2)
+
+XSA_EPS = 1e-12  # F.normalize's default
+
+
+def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
+    """(positional arguments, meta, grid) shared by both kernels: v made contiguous, y read through its strides."""
+    if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
+            or y.size(2) % v.size(2):
+        raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
+                         % (tuple(y.shape), tuple(v.shape)))
+    rows = v.numel() // v.size(-1)
+    meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
+    return (rows, v.size(2), v.size(1), y.size(2) // v.size(2)), meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+
+
+def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
+    v = v.contiguous()
+    out = torch.empty_like(y)  # y's strides (dense layouts keep them)
+    if out.stride() != y.stride():
+        y = y.contiguous()
+        out = torch.empty_like(y)
+    args, meta, grid = _xsa_launch(y, v)
+    torch.library.wrap_triton(_xsa_fwd)[grid](y, v, out, *args, *y.stride(), **meta)
+    return out
+
+
+def _xsa_backward(grad: Tensor, y: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+    v = v.contiguous()
+    dy, dv = torch.empty_like(y), torch.empty_like(v)
+    if dy.stride() != y.stride():
+        y = y.contiguous()
+        dy = torch.empty_like(y)
+    args, meta, grid = _xsa_launch(y, v)
+    torch.library.wrap_triton(_xsa_bwd)[grid](grad, y, v, dy, dv, *args, *y.stride(), *grad.stride(), **meta)
+    return dy, dv
+
+
+def _xsa_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _xsa_grad(ctx, grad: Tensor) -> tuple:
+    return tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors))
+
+
+def fused_xsa_op() -> Callable:
+    """torch.ops.pgolf.xsa: exclusive_self_attention() above as one op, differentiable in y and v."""
+    return register_triton_op("xsa", "QK_KERNEL", _xsa_forward, _xsa_backward, _xsa_setup_context, _xsa_grad)
 
 
 LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation (SPEC §4)
@@ -1211,6 +1322,7 @@ class CausalSelfAttention(nn.Module):
         self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
         self.backend = "sdpa"
         self.qkv_op: Optional[Callable] = None  # fused_qkv_heads_op() when QK_KERNEL selects Triton
+        self.xsa_op: Optional[Callable] = None  # fused_xsa_op(), likewise
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor]) -> Tensor:
@@ -1233,13 +1345,9 @@ class CausalSelfAttention(nn.Module):
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
             y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
         if self.use_xsa:
-            # XSA: remove from each head's output its component along its (unit) value vector. With V already
-            # repeated to all heads this is per head (group 1): the XSA gradient then adds to each copy's, and
-            # the fused op sums the copies once.
-            group = self.num_heads // v.size(2)
-            y = y.view(batch, seq_len, v.size(2), group, self.head_dim)
-            v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
-            y = y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit
+            # with V already repeated to all heads this is per head (group 1): the XSA gradient then adds to each
+            # copy's, and the fused q/k/v op sums the copies once
+            y = (self.xsa_op or exclusive_self_attention)(y, v)
         return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
 
 
@@ -1364,9 +1472,9 @@ class GPT(nn.Module):
             nn.init.zeros_(self.lm_head.weight)
 
     def set_attention_backend(self, backend: str, qk_kernel: str = "torch") -> None:
-        qkv_op = fused_qkv_heads_op() if qk_kernel == "triton" else None
+        triton_ops = (fused_qkv_heads_op(), fused_xsa_op()) if qk_kernel == "triton" else (None, None)
         for block in self.blocks:
-            block.attn.backend, block.attn.qkv_op = backend, qkv_op
+            block.attn.backend, (block.attn.qkv_op, block.attn.xsa_op) = backend, triton_ops
 
     def set_mlp_kernel(self, mlp_kernel: str) -> None:
         mlp_op = fused_mlp_op() if mlp_kernel == "triton" else None
@@ -2264,7 +2372,7 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
 
 
 def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """The attention inputs (one q/k/v GEMM, then q/k RMSNorm + RoPE, q gain, GQA repeat): QK_KERNEL (see
+    """The attention inputs (one q/k/v GEMM, then q/k RMSNorm + RoPE, q gain, GQA repeat) and XSA: QK_KERNEL (see
     select_kernel)."""
     return select_kernel("QK_KERNEL", h.qk_kernel,
                          lambda: _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device),
@@ -2279,7 +2387,8 @@ def select_mlp_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
     """Fused q/k/v op vs the PyTorch form (qkv_heads) on a small GQA-shaped input with a value embedding: the three
-    outputs and the gradients of qkv, value_embed and gain, in fp32."""
+    outputs and the gradients of qkv, value_embed and gain, in fp32; then the fused XSA op vs
+    exclusive_self_attention, output and both gradients."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
     generator = torch.Generator().manual_seed(0)
@@ -2298,6 +2407,13 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> Non
         error = (fused - reference).abs().max().item()
         if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
             raise RuntimeError("fused q/k/v op differs from the PyTorch form: %s max error %.3g" % (name, error))
+    y, v = make(2, 16, 4, head_dim), make(2, 16, 2, head_dim)  # XSA, two heads per value head
+    outputs = (fused_xsa_op()(y, v), exclusive_self_attention(y, v))
+    results = [(out,) + torch.autograd.grad(out, (y, v), grads[0].repeat(1, 1, 2, 1)) for out in outputs]
+    for name, fused, reference in zip(("forward", "dy", "dv"), *results):
+        error = (fused - reference).abs().max().item()
+        if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
+            raise RuntimeError("fused XSA op differs from the PyTorch form: %s max error %.3g" % (name, error))
 
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:

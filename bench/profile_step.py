@@ -34,6 +34,7 @@ FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "matmul")),
     ("triton", ("triton",)),
     ("qkv kernel", ("_qkv_heads", "_qk_norm_rope")),  # train_gpt.py's own Triton kernels (QK_KERNEL=triton)
+    ("xsa kernel", ("_xsa_fwd", "_xsa_bwd")),  # (QK_KERNEL=triton too)
     ("mlp kernel", ("_mlp_up_act_fwd", "_mlp_act_grad_bwd")),  # and its GEMMs with the activation (MLP_KERNEL)
     ("copy/memset", ("memcpy", "memset", "copy")),
 )

@@ -56,5 +56,6 @@ def test_kernel_families():
     assert family("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "gemm"
     assert family("triton_poi_fused__to_copy_leaky_relu_pow_21") == "triton"
     assert family("_qkv_heads_bwd") == family("_qk_norm_rope_bwd") == "qkv kernel"
+    assert family("_xsa_fwd") == family("_xsa_bwd_0") == "xsa kernel"
     assert family("_mlp_up_act_fwd_0") == family("_mlp_act_grad_bwd") == "mlp kernel"
     assert family("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "nccl"

@@ -11,7 +11,8 @@ from tgpt_util import run_under_triton_interpreter, tgpt  # noqa: F401  (fixture
 
 def test_probe_rejects_an_op_that_computes_something_else(tgpt, monkeypatch):
     """The start-up probe compares all three outputs and the three gradients with the PyTorch form: the right q and k
-    with the value embedding added twice to v must be refused, naming what differs; the PyTorch form itself passes."""
+    with the value embedding added twice to v must be refused, naming what differs; the PyTorch form itself passes.
+    Then the XSA op: one that leaves every other head of a group alone is refused."""
     def value_embed_twice(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat):
         swap = tgpt.rotary_tables(qkv.size(1), cos_full.size(1), rope_dims, 10000.0, qkv.device, qkv.dtype)[2]
         return tgpt.qkv_heads(qkv, 2 * value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat)
@@ -23,7 +24,15 @@ def test_probe_rejects_an_op_that_computes_something_else(tgpt, monkeypatch):
         swap = tgpt.rotary_tables(qkv.size(1), cos_full.size(1), rope_dims, 10000.0, qkv.device, qkv.dtype)[2]
         return tgpt.qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat)
     monkeypatch.setattr(tgpt, "fused_qkv_heads_op", lambda: pytorch_form)
+    monkeypatch.setattr(tgpt, "fused_xsa_op", lambda: tgpt.exclusive_self_attention)
     tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
+
+    def xsa_per_value_head_only(y, v):  # the second head of each group left untouched
+        out = tgpt.exclusive_self_attention(y, v)
+        return torch.stack((out[:, :, 0::2], y[:, :, 1::2]), dim=3).flatten(2, 3)
+    monkeypatch.setattr(tgpt, "fused_xsa_op", lambda: xsa_per_value_head_only)
+    with pytest.raises(RuntimeError, match="fused XSA op differs from the PyTorch form: forward max error"):
+        tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
 
 
 def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
@@ -38,6 +47,13 @@ def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
             assert max([q, k, v, d_qkv, d_gain] + d_ve) < 1e-5, case
         else:  # one rounding of the norm to bf16 before RoPE, like the compiled form; then the output rounding
             assert max([q, k, v, d_gain] + d_ve) <= 2.0 ** -6 and d_qkv <= 2.0 ** -7, case
+    assert len(results["xsa"]) == 6
+    assert all(out == y for out, y in results["xsa_strides"])  # the output keeps y's layout (no copy)
+    for case in results["xsa"]:
+        assert case["finite"], case
+        *_, dtype = case["case"]
+        # bf16: the output's rounding (the reference is fp32 from the same bf16 inputs)
+        assert max(case["relative"]) < (1e-5 if dtype == "torch.float32" else 2.0 ** -7), case
     model = results["model"]
     assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6)
     assert model["grad_names"] and model["num_grads"] >= 30 and model["grad_max"]["blocks.0.attn.q_gain"] > 0

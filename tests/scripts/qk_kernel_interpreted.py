@@ -1,5 +1,5 @@
 """Run by tests/test_qk_kernel.py with TRITON_INTERPRET=1 (set before triton is imported, so the kernels of
-train_gpt.py run on the CPU): the fused q/k/v op against the PyTorch form, then a tiny GPT step with each path.
+train_gpt.py run on the CPU): the fused q/k/v and XSA ops against the PyTorch form, then a tiny GPT step with each path.
 Prints one JSON object of largest differences."""
 import json
 import sys
@@ -42,6 +42,32 @@ for heads, kv_heads, repeat, with_ve, rope_dims, head_dim, seq_len in (
                     for a, b in zip(out + got, ref + want)]
         results["op"].append({"case": [heads, kv_heads, repeat, with_ve, rope_dims, head_dim, seq_len, str(dtype)],
                               "shapes": [list(t.shape) for t in out], "relative": relative})
+
+# XSA: (heads, value heads, head_dim, seq_len): group 1 (V repeated, the record's path), 2 and 4; row counts that are
+# no multiple of the rows per program; y and the upstream gradient as non-contiguous views; one value row of zeros
+# and one of norm below F.normalize's eps (1e-12), where the norm's gradient is masked off
+xsa = tg.fused_xsa_op()
+results["xsa"] = []
+for heads, v_heads, head_dim, seq_len in ((4, 4, 16, 9), (4, 2, 32, 7), (8, 2, 16, 5)):
+    for dtype in (torch.float32, torch.bfloat16):
+        # y as a (B, H, T, D) tensor seen as (B, T, H, D), like SDPA's output: read through its strides
+        y = torch.randn(2, heads, seq_len, head_dim, generator=generator).to(dtype).transpose(1, 2)
+        y.requires_grad_()
+        v = torch.randn(2, seq_len, v_heads, head_dim, generator=generator)
+        v[0, 1, 0] = 0.0
+        v[1, 2, -1] = 1e-14
+        v = (v * 2).to(dtype).requires_grad_()
+        grad = torch.randn(2, heads, seq_len, head_dim, generator=generator).to(dtype).transpose(1, 2)
+        out = xsa(y, v)
+        results.setdefault("xsa_strides", []).append([list(out.stride()), list(y.stride())])
+        ref = tg.exclusive_self_attention(y.float(), v.float())
+        got = torch.autograd.grad(out, (y, v), grad)
+        want = torch.autograd.grad(ref, (y, v), grad.float())
+        relative = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                    for a, b in zip((out,) + got, (ref,) + want)]
+        results["xsa"].append({"case": [heads, v_heads, head_dim, seq_len, str(dtype)], "relative": relative,
+                               "finite": all(bool(t.float().isfinite().all()) for t in (out,) + got),
+                               "zero_row_dv": got[1][0, 1, 0].abs().max().item()})
 
 # one tiny-model step (fp32): loss and every gradient, Triton path vs PyTorch path, same weights and tokens
 results["model"] = compare_tiny_model_step(tg, lambda model: model.set_attention_backend("sdpa_cpu", "torch"),
