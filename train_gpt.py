@@ -838,10 +838,11 @@ def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, ga
 
 
 def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
-              gain: Tensor, num_heads: int, rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor, Tensor]:
+              gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+              plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """The attention inputs from one fused projection qkv (B, T, (H + 2 Hkv) D) in PyTorch (the reference of the
     fused op below): q = RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each
-    repeated `repeat` times."""
+    repeated `repeat` times; and, with plain_v, v once more unrepeated (B, T, Hkv, D) for XSA (else empty)."""
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
     kv_heads = (width // head_dim - num_heads) // 2
@@ -851,12 +852,13 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
     q = qk_norm_rope(q.view(batch, seq_len, num_heads, head_dim), cos_full, sin_full, swap, gain, 1)
     k = qk_norm_rope(k.view(batch, seq_len, kv_heads, head_dim), cos_full, sin_full, swap, None, repeat)
     v = v.reshape(batch, seq_len, kv_heads, head_dim)
-    return q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v
+    return q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, v if plain_v else v.new_empty(0)
 
 
 # The same attention inputs as one Triton op (QK_KERNEL, chosen in section 9), fed by one GEMM for q, k and v
 # (section 4's attention forward). Per row of head_dim values one kernel computes y = RoPE(rms_norm(x)) * gain
-# for q and k, or y = x + value_embed for v, and writes it `repeat` times (the GQA repeat for SDPA); its backward
+# for q and k, or y = x + value_embed for v, and writes it `repeat` times (the GQA repeat for SDPA), v once more
+# unrepeated for XSA in its layers (whose gradient the backward then adds in, instead of a separate sum); its backward
 # sums the repeats and writes dq, dk, dv straight into one (B, T, (H + 2 Hkv) D) gradient, so the backward of the
 # projection is one GEMM for dx and one for dW. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm
 # rounded to x.dtype before RoPE. Each tensor moves once per direction (bench/NOTES.md). Epsilons are constexpr: a
@@ -872,10 +874,10 @@ if triton is not None:
         return r, d, swap, r < rows, r % heads, (r // heads) % seq_len, r // (heads * seq_len)
 
     @triton.jit
-    def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, rows, heads, seq_len, column, sxb,
-                       sxt, sxh, repeat, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
+    def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, plain_ptr, rows, heads, seq_len,
+                       column, sxb, sxt, sxh, repeat, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
                        ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
-                       BLOCK_R: tl.constexpr):
+                       HAS_PLAIN: tl.constexpr, BLOCK_R: tl.constexpr):
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
         ok2 = ok[:, None]
@@ -898,16 +900,20 @@ if triton is not None:
                 y += tl.load(add_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], mask=ok2,
                              other=0.0).to(tl.float32)
         y = y.to(out_ptr.dtype.element_ty)
+        if HAS_PLAIN:
+            tl.store(plain_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], y, mask=ok2)
         out_row = out_ptr + (r.to(tl.int64) * repeat * HEAD_DIM)[:, None] + d[None, :]
         for j in range(repeat):
             tl.store(out_row + j * HEAD_DIM, y, mask=ok2)
 
     @triton.jit
-    def _qkv_heads_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dx_ptr, dadd_ptr, dgain_ptr, rows, heads,
-                       seq_len, column, sxb, sxt, sxh, syb, syt, syh, syd, repeat, EPS: tl.constexpr,
+    def _qkv_heads_bwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, dy_ptr, dplain_ptr, dx_ptr, dadd_ptr, dgain_ptr, rows,
+                       heads, seq_len, column, sxb, sxt, sxh, syb, syt, syh, syd, repeat, EPS: tl.constexpr,
                        HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr, NORM_ROPE: tl.constexpr,
-                       HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr, BLOCK_R: tl.constexpr):
-        """x and dx: the projection and its gradient, same strides, this part's columns from `column` on."""
+                       HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr, HAS_PLAIN: tl.constexpr,
+                       BLOCK_R: tl.constexpr):
+        """x and dx: the projection and its gradient, same strides, this part's columns from `column` on; dplain
+        (contiguous): the gradient of the unrepeated v, added to the repeats' sum."""
         r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
                                            BLOCK_R)
         ok2 = ok[:, None]
@@ -916,6 +922,9 @@ if triton is not None:
         dy_row = dy_ptr + (b.to(tl.int64) * syb + t * syt + h * repeat * syh)[:, None]
         for j in range(repeat):  # the GQA repeat's gradient: the sum over the copies
             dy += tl.load(dy_row + j * syh + d[None, :] * syd, mask=ok2, other=0.0).to(tl.float32)
+        if HAS_PLAIN:
+            dy += tl.load(dplain_ptr + (r.to(tl.int64) * HEAD_DIM)[:, None] + d[None, :], mask=ok2,
+                          other=0.0).to(tl.float32)
         if NORM_ROPE:
             dy_swap = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
             for j in range(repeat):
@@ -961,27 +970,30 @@ def _qkv_launch(qkv: Tensor, heads: int, rope_dims: int, head_dim: int) -> tuple
 
 
 def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
-                       gain: Tensor, num_heads: int, rope_dims: int, repeat: int) -> Tuple[Tensor, Tensor, Tensor]:
+                       gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+                       plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     qkv = qkv.contiguous()
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
+    parts = _qkv_parts(qkv, head_dim, num_heads)
+    plain = qkv.new_empty((batch, seq_len, parts[2][0], head_dim) if plain_v else (0,))
     outputs = []
-    for part, (heads, column) in enumerate(_qkv_parts(qkv, head_dim, num_heads)):
+    for part, (heads, column) in enumerate(parts):
         rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
         times = 1 if part == 0 else repeat
         out = qkv.new_empty(batch, seq_len, heads * times, head_dim)
         add = value_embed.contiguous() if part == 2 and value_embed is not None else None
         torch.library.wrap_triton(_qkv_heads_fwd)[grid](
-            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, rows, heads, seq_len, column,
+            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, plain, rows, heads, seq_len, column,
             seq_len * width, width, head_dim, times, EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
-            HAS_ADD=add is not None, **meta)
+            HAS_ADD=add is not None, HAS_PLAIN=part == 2 and plain_v, **meta)
         outputs.append(out)
-    return tuple(outputs)
+    return tuple(outputs) + (plain,)
 
 
-def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, qkv: Tensor, cos_full: Tensor, sin_full: Tensor,
-                        gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
-                        has_value_embed: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv: Tensor, cos_full: Tensor,
+                        sin_full: Tensor, gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+                        has_value_embed: bool, plain_v: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(d_qkv, d_value_embed (empty without one), d_gain)."""
     qkv = qkv.contiguous()
     batch, seq_len, width = qkv.shape
@@ -990,12 +1002,14 @@ def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, qkv: Tensor, cos_ful
     parts = _qkv_parts(qkv, head_dim, num_heads)
     d_add = qkv.new_empty(batch, seq_len, parts[2][0] * head_dim if has_value_embed else 0)
     d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
+    d_plain = d_plain.contiguous()
     for part, ((heads, column), grad) in enumerate(zip(parts, (dq, dk, dv))):
         rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
         torch.library.wrap_triton(_qkv_heads_bwd)[grid](
-            qkv, cos_full, sin_full, gain, grad, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
+            qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
             seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
-            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, **meta)
+            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed,
+            HAS_PLAIN=part == 2 and plain_v, **meta)
     return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
 
 
@@ -1014,16 +1028,16 @@ def register_triton_op(name: str, env_name: str, forward: Callable, backward: Ca
 
 
 def _qkv_setup_context(ctx, inputs, output) -> None:
-    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat = inputs
+    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v = inputs
     ctx.save_for_backward(qkv, cos_full, sin_full, gain)
-    ctx.has_value_embed, ctx.config = value_embed is not None, (num_heads, rope_dims, repeat)
+    ctx.has_value_embed, ctx.config, ctx.plain_v = value_embed is not None, (num_heads, rope_dims, repeat), plain_v
 
 
-def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor) -> tuple:
+def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor) -> tuple:
     qkv, cos_full, sin_full, gain = ctx.saved_tensors
-    d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, qkv, cos_full, sin_full, gain,
-                                                               *ctx.config, ctx.has_value_embed)
-    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None)
+    d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, d_plain, qkv, cos_full, sin_full, gain,
+                                                               *ctx.config, ctx.has_value_embed, ctx.plain_v)
+    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None, None)
 
 
 def fused_qkv_heads_op() -> Callable:
@@ -1050,21 +1064,28 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
 # formula as F.normalize: u = v / max(|v|, eps), and the norm's gradient only where |v| >= eps.
 if triton is not None:
     @triton.jit
-    def _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
-        """Rows r of the contiguous v (B, T, Hv, D): (b, t, value head), the mask, u = v / max(|v|, eps), |v|."""
+    def _xsa_rows(rows, v_heads, seq_len, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
+        """This program's rows r of v (B, T, Hv, D) as (b, t, value head), r, the columns and the mask. No pointer
+        goes in: torch.compile's mutation analysis would count any pointer a store's address depends on as
+        written, and copy that tensor before every call."""
         r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        d = tl.arange(0, HEAD_DIM)
-        ok2 = (r < rows)[:, None]
-        v = tl.load(v_ptr + (r * HEAD_DIM)[:, None] + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        return r // (v_heads * seq_len), (r // v_heads) % seq_len, r % v_heads, r, tl.arange(0, HEAD_DIM), \
+            (r < rows)[:, None]
+
+    @triton.jit
+    def _xsa_unit(v, EPS: tl.constexpr):
+        """u = v / max(|v|, eps) per row, |v|, max(|v|, eps)."""
         norm = tl.sqrt(tl.sum(v * v, axis=1))[:, None]
         length = tl.maximum(norm, EPS)
-        return r // (v_heads * seq_len), (r // v_heads) % seq_len, r % v_heads, r, d, ok2, v / length, norm, length
+        return v / length, norm, length
 
     @triton.jit
     def _xsa_fwd(y_ptr, v_ptr, out_ptr, rows, v_heads, seq_len, group, syb, syt, syh, syd, EPS: tl.constexpr,
                  HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
         """y and out: same strides (any); v contiguous."""
-        b, t, hv, r, d, ok2, unit, _, _ = _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS, HEAD_DIM, BLOCK_R)
+        b, t, hv, r, d, ok2 = _xsa_rows(rows, v_heads, seq_len, HEAD_DIM, BLOCK_R)
+        v = tl.load(v_ptr + (r * HEAD_DIM)[:, None] + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        unit, _, _ = _xsa_unit(v, EPS)
         for j in range(group):
             offset = (b * syb + t * syt + (hv * group + j) * syh)[:, None] + d[None, :] * syd
             y = tl.load(y_ptr + offset, mask=ok2, other=0.0).to(tl.float32)
@@ -1076,7 +1097,9 @@ if triton is not None:
                  sgt, sgh, sgd, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
         """out = y - (y.u) u: dy = g - (g.u) u; du = -((g.u) y + (y.u) g), summed over the group; then through
         u = v / max(|v|, eps). y and dy: same strides; g (dout): its own; v and dv contiguous."""
-        b, t, hv, r, d, ok2, unit, norm, length = _xsa_unit(v_ptr, rows, v_heads, seq_len, EPS, HEAD_DIM, BLOCK_R)
+        b, t, hv, r, d, ok2 = _xsa_rows(rows, v_heads, seq_len, HEAD_DIM, BLOCK_R)
+        v = tl.load(v_ptr + (r * HEAD_DIM)[:, None] + d[None, :], mask=ok2, other=0.0).to(tl.float32)
+        unit, norm, length = _xsa_unit(v, EPS)
         d_unit = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
         for j in range(group):
             h = hv * group + j
@@ -1331,10 +1354,12 @@ class CausalSelfAttention(nn.Module):
             # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
             # which takes GQA natively)
             repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
+            plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
             qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
-            q, k, v = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype), self.num_heads,
-                                  self.rope_dims, repeat)
+            q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
+                                           self.num_heads, self.rope_dims, repeat, plain_v)
             y = causal_attention(q, k, v, self.backend)
+            v = v_plain if plain_v else v
         else:
             q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
             k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
@@ -1344,9 +1369,7 @@ class CausalSelfAttention(nn.Module):
             v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
             y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
-        if self.use_xsa:
-            # with V already repeated to all heads this is per head (group 1): the XSA gradient then adds to each
-            # copy's, and the fused q/k/v op sums the copies once
+        if self.use_xsa:  # v has the KV heads here (group H / Hkv)
             y = (self.xsa_op or exclusive_self_attention)(y, v)
         return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
 
@@ -2386,8 +2409,8 @@ def select_mlp_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str
 
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
-    """Fused q/k/v op vs the PyTorch form (qkv_heads) on a small GQA-shaped input with a value embedding: the three
-    outputs and the gradients of qkv, value_embed and gain, in fp32; then the fused XSA op vs
+    """Fused q/k/v op vs the PyTorch form (qkv_heads) on a small GQA-shaped input with a value embedding: the four
+    outputs (the unrepeated v too) and the gradients of qkv, value_embed and gain, in fp32; then the fused XSA op vs
     exclusive_self_attention, output and both gradients."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
@@ -2397,13 +2420,13 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> Non
         return torch.randn(*shape, generator=generator).to(device).requires_grad_()
     qkv, value_embed = make(2, 16, 4 * head_dim), make(2, 16, head_dim)
     gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
-    grads = [torch.randn(2, 16, 2, head_dim, generator=generator).to(device) for _ in range(3)]
+    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device) for heads in (2, 2, 2, 1)]
     cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
     inputs = (qkv, value_embed, gain)
-    outputs = (fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2),
-               qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2))
+    outputs = (fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2, True),
+               qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2, True))
     results = [out + torch.autograd.grad(out, inputs, grads) for out in outputs]
-    for name, fused, reference in zip(("q", "k", "v", "d_qkv", "d_value_embed", "d_gain"), *results):
+    for name, fused, reference in zip(("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"), *results):
         error = (fused - reference).abs().max().item()
         if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
             raise RuntimeError("fused q/k/v op differs from the PyTorch form: %s max error %.3g" % (name, error))

@@ -49,7 +49,8 @@ def main() -> int:
     rope = tg.rotary_tables(seq_len, head_dim, h.rope_dims, h.rope_base, device, dtype)
     op = tg.fused_qkv_heads_op()
     compiled_reference = torch.compile(
-        lambda qkv, ve, gain: tg.qkv_heads(qkv, ve, *rope, gain, heads, h.rope_dims, repeat), dynamic=False)
+        lambda qkv, ve, gain: tg.qkv_heads(qkv, ve, *rope, gain, heads, h.rope_dims, repeat, False)[:3],
+        dynamic=False)
     generator = torch.Generator(device=device).manual_seed(0)
     print("shape B=%d T=%d H=%d Hkv=%d D=%d rope_dims=%d, bf16, with a value embedding" % (
         batch, seq_len, heads, kv_heads, head_dim, h.rope_dims))
@@ -66,7 +67,7 @@ def main() -> int:
     inputs = (qkv, gain, ve)
     ref_out = compiled_reference(qkv, ve, gain)
     ref_grads = torch.autograd.grad(ref_out, inputs, grads)
-    fused = lambda: op(qkv, ve, rope[0], rope[1], gain, heads, h.rope_dims, repeat)  # noqa: E731
+    fused = lambda: op(qkv, ve, rope[0], rope[1], gain, heads, h.rope_dims, repeat, False)[:3]  # noqa: E731
     for label, run in (("torch", lambda: compiled_reference(qkv, ve, gain)), ("fused", fused)):
         for config in args.configs if label == "fused" else [None]:
             if config:

@@ -13,16 +13,18 @@ def test_probe_rejects_an_op_that_computes_something_else(tgpt, monkeypatch):
     """The start-up probe compares all three outputs and the three gradients with the PyTorch form: the right q and k
     with the value embedding added twice to v must be refused, naming what differs; the PyTorch form itself passes.
     Then the XSA op: one that leaves every other head of a group alone is refused."""
-    def value_embed_twice(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat):
+    def value_embed_twice(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v):
         swap = tgpt.rotary_tables(qkv.size(1), cos_full.size(1), rope_dims, 10000.0, qkv.device, qkv.dtype)[2]
-        return tgpt.qkv_heads(qkv, 2 * value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat)
+        return tgpt.qkv_heads(qkv, 2 * value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat,
+                              plain_v)
     monkeypatch.setattr(tgpt, "fused_qkv_heads_op", lambda: value_embed_twice)
     with pytest.raises(RuntimeError, match="fused q/k/v op differs from the PyTorch form: v max error"):
         tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
 
-    def pytorch_form(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat):
+    def pytorch_form(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v):
         swap = tgpt.rotary_tables(qkv.size(1), cos_full.size(1), rope_dims, 10000.0, qkv.device, qkv.dtype)[2]
-        return tgpt.qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat)
+        return tgpt.qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, num_heads, rope_dims, repeat,
+                              plain_v)
     monkeypatch.setattr(tgpt, "fused_qkv_heads_op", lambda: pytorch_form)
     monkeypatch.setattr(tgpt, "fused_xsa_op", lambda: tgpt.exclusive_self_attention)
     tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
@@ -39,14 +41,17 @@ def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
     results = run_under_triton_interpreter("qk_kernel_interpreted.py")
     assert len(results["op"]) == 8
     for case in results["op"]:
-        heads, kv_heads, repeat, with_ve, _, head_dim, seq_len, dtype = case["case"]
-        assert case["shapes"] == [[2, seq_len, heads, head_dim]] + [[2, seq_len, kv_heads * repeat, head_dim]] * 2
-        q, k, v, d_qkv, d_gain, *d_ve = case["relative"]
+        heads, kv_heads, repeat, with_ve, plain_v, _, head_dim, seq_len, dtype = case["case"]
+        assert case["shapes"] == [[2, seq_len, heads, head_dim]] + [[2, seq_len, kv_heads * repeat, head_dim]] * 2 \
+            + [[2, seq_len, kv_heads, head_dim] if plain_v else [0]]
+        errors = case["relative"]
+        q, k, v, v_plain = errors[:3] + errors[3:4] * plain_v + [0.0] * (not plain_v)
+        d_qkv, d_gain, *d_ve = errors[3 + plain_v:]
         assert len(d_ve) == int(with_ve)
         if dtype == "torch.float32":
-            assert max([q, k, v, d_qkv, d_gain] + d_ve) < 1e-5, case
+            assert max([q, k, v, v_plain, d_qkv, d_gain] + d_ve) < 1e-5, case
         else:  # one rounding of the norm to bf16 before RoPE, like the compiled form; then the output rounding
-            assert max([q, k, v, d_gain] + d_ve) <= 2.0 ** -6 and d_qkv <= 2.0 ** -7, case
+            assert max([q, k, v, v_plain, d_gain] + d_ve) <= 2.0 ** -6 and d_qkv <= 2.0 ** -7, case
     assert len(results["xsa"]) == 6
     assert all(out == y for out, y in results["xsa_strides"])  # the output keeps y's layout (no copy)
     for case in results["xsa"]:

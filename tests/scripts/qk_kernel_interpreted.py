@@ -15,11 +15,11 @@ tg = load_train_gpt()
 op = tg.fused_qkv_heads_op()
 results = {"op": [], "model": {}}
 generator = torch.Generator().manual_seed(0)
-# (heads, kv heads, repeat, value embedding, rope_dims, head_dim, seq_len): partial and full RoPE, GQA repeat 1/2/4,
-# a row count that is no multiple of the kernel's rows per program, odd head counts
-for heads, kv_heads, repeat, with_ve, rope_dims, head_dim, seq_len in (
-        (4, 2, 2, True, 8, 16, 10), (2, 2, 1, False, 16, 16, 7), (3, 3, 1, True, 4, 32, 5),
-        (4, 1, 4, False, 32, 32, 9)):
+# (heads, kv heads, repeat, value embedding, unrepeated v too, rope_dims, head_dim, seq_len): partial and full RoPE,
+# GQA repeat 1/2/4, a row count that is no multiple of the kernel's rows per program, odd head counts
+for heads, kv_heads, repeat, with_ve, plain_v, rope_dims, head_dim, seq_len in (
+        (4, 2, 2, True, True, 8, 16, 10), (2, 2, 1, False, False, 16, 16, 7), (3, 3, 1, True, False, 4, 32, 5),
+        (4, 1, 4, False, True, 32, 32, 9)):
     for dtype in (torch.float32, torch.bfloat16):
         width = (heads + 2 * kv_heads) * head_dim
         qkv = (torch.randn(2, seq_len, width, generator=generator) * 3).to(dtype).requires_grad_()
@@ -27,21 +27,26 @@ for heads, kv_heads, repeat, with_ve, rope_dims, head_dim, seq_len in (
             if with_ve else None
         gain = (torch.rand(heads, generator=generator) + 0.5).to(dtype).requires_grad_()
         cos_full, sin_full, swap = tg.rotary_tables(seq_len, head_dim, rope_dims, 10000.0, "cpu", dtype)
-        out = op(qkv, ve, cos_full, sin_full, gain, heads, rope_dims, repeat)
+        out = op(qkv, ve, cos_full, sin_full, gain, heads, rope_dims, repeat, plain_v)
         # the reference in fp32 from the same inputs
         ref = tg.qkv_heads(qkv.float(), ve.float() if with_ve else None, cos_full.float(), sin_full.float(), swap,
-                           gain.float(), heads, rope_dims, repeat)
-        # upstream gradients in SDPA's (B, H, T, D) layout: non-contiguous views for the kernel
+                           gain.float(), heads, rope_dims, repeat, plain_v)
+        shapes = [list(t.shape) for t in out]
+        if not plain_v:  # the fourth output is empty
+            out, ref = out[:3], ref[:3]
+        # upstream gradients in SDPA's (B, H, T, D) layout: non-contiguous views for the kernel; the unrepeated v's
+        # (XSA's) contiguous
         grads = [torch.randn(2, t.size(2), seq_len, head_dim, generator=generator).to(dtype).transpose(1, 2)
-                 for t in out]
+                 for t in out[:3]] + [torch.randn(t.shape, generator=generator).to(dtype) for t in out[3:]]
         inputs = [qkv, gain] + ([ve] if with_ve else [])
         got = torch.autograd.grad(out, inputs, grads)
         want = torch.autograd.grad(ref, inputs, [g.float() for g in grads])
-        # largest difference relative to the largest reference value: q, k, v, d_qkv, d_gain, d_value_embed
+        # largest difference relative to the largest reference value: q, k, v, [v unrepeated], d_qkv, d_gain,
+        # [d_value_embed]
         relative = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
                     for a, b in zip(out + got, ref + want)]
-        results["op"].append({"case": [heads, kv_heads, repeat, with_ve, rope_dims, head_dim, seq_len, str(dtype)],
-                              "shapes": [list(t.shape) for t in out], "relative": relative})
+        results["op"].append({"case": [heads, kv_heads, repeat, with_ve, plain_v, rope_dims, head_dim, seq_len,
+                                       str(dtype)], "shapes": shapes, "relative": relative})
 
 # XSA: (heads, value heads, head_dim, seq_len): group 1 (V repeated, the record's path), 2 and 4; row counts that are
 # no multiple of the rows per program; y and the upstream gradient as non-contiguous views; one value row of zeros
