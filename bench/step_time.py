@@ -1,7 +1,9 @@
-"""Step time of training scripts side by side: one table of step_avg, tokens/s, MFU, peak memory and data wait.
+"""Step time of training scripts side by side: one table of step_avg, tokens/s, MFU, peak memory, data wait, the
+last validation bpb and train losses at chosen steps.
 
 Any script that follows the challenge's conventions works (env-var settings, `step:N/M train_loss:... step_avg:...`
-lines, `peak memory allocated: N MiB`), e.g. an older commit of our train_gpt.py or the record's own script.
+and `step:N/M val_loss:... val_bpb:...` lines, `peak memory allocated: N MiB`), e.g. an older commit of our
+train_gpt.py or the record's own script.
 Each (script, config) pair runs under `torchrun --standalone --nproc_per_node=N`; the run is stopped as soon as
 it prints its peak-memory line, so end-of-run evals do not cost time. Everything runs in this one invocation,
 so before/after numbers come from the same machine state.
@@ -30,6 +32,7 @@ RECORD_SHAPE = dict(NUM_LAYERS=11, MODEL_DIM=512, NUM_HEADS=8, NUM_KV_HEADS=4, M
 STEP_LINE = re.compile(r"^step:(\d+)/\d+ train_loss:([\d.]+) train_time:(\d+)ms step_avg:([\d.]+)ms")
 PEAK_LINE = re.compile(r"^peak memory allocated: (\d+) MiB")
 WAIT_LINE = re.compile(r"^data_wait total_ms:[\d.]+ per_step_ms:([\d.]+)")
+VAL_LINE = re.compile(r"^step:(\d+)/\d+ val_loss:[\d.]+ val_bpb:([\d.]+)")
 
 
 def step_flops(env: dict) -> float:
@@ -51,7 +54,7 @@ def step_flops(env: dict) -> float:
 def run_training(script: Path, env: dict, nproc: int, log_path: Path, timeout: float) -> dict:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % nproc,
                str(script)]
-    result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "loss": {}}
+    result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "loss": {}, "val_bpb": None}
     deadline = time.monotonic() + timeout
     with open(log_path, "w") as log, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT, text=True,
@@ -62,6 +65,9 @@ def run_training(script: Path, env: dict, nproc: int, log_path: Path, timeout: f
             if step:
                 result["steps"], result["step_avg"] = int(step.group(1)), float(step.group(4))
                 result["loss"][int(step.group(1))] = step.group(2)
+            val = VAL_LINE.match(line)
+            if val:  # the last one (the end of training: every script validates at its final step)
+                result["val_bpb"] = "%s@%s" % (val.group(2), val.group(1))
             wait = WAIT_LINE.match(line)
             if wait:
                 result["wait_ms"] = float(wait.group(1))
@@ -108,17 +114,20 @@ def main() -> int:
             flops = step_flops(env)
             step_s = result["step_avg"] / 1000.0
             tokens = float(env.get("TRAIN_BATCH_TOKENS", RECORD_SHAPE["TRAIN_BATCH_TOKENS"]))
-            rows.append((str(script), label, result, tokens / step_s, flops / step_s / (args.peak_tflops * 1e12 * args.nproc)))
+            mfu = flops / step_s / (args.peak_tflops * 1e12 * args.nproc)
+            rows.append((str(script), label, result, tokens / step_s, mfu))
             print("done %s %s: %.2f ms/step" % (script, label, result["step_avg"]), flush=True)
     print("\nsteps=%d nproc=%d model FLOPs/step at the env's shape=%.3g; logs in %s"
           % (args.steps, args.nproc, step_flops(dict(os.environ)), args.out_dir))
-    print("%-34s %-14s %11s %12s %6s %9s %13s %s" % ("script", "config", "step_avg_ms", "tokens/s", "MFU",
-                                                      "peak_MiB", "data_wait_ms", "loss@" + "/".join(map(str, args.loss_at))))
+    print("%-34s %-14s %11s %12s %6s %9s %13s %14s %s" % (
+        "script", "config", "step_avg_ms", "tokens/s", "MFU", "peak_MiB", "data_wait_ms", "val_bpb@step",
+        "loss@" + "/".join(map(str, args.loss_at))))
     for script, label, result, tokens_per_s, mfu in rows:
         wait = "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"]
         losses = "/".join(str(result["loss"].get(s, "-")) for s in args.loss_at)
-        print("%-34s %-14s %11.2f %12.0f %5.1f%% %9s %13s %s" % (
-            script[-34:], label, result["step_avg"], tokens_per_s, 100 * mfu, result["peak_mib"], wait, losses))
+        print("%-34s %-14s %11.2f %12.0f %5.1f%% %9s %13s %14s %s" % (
+            script[-34:], label, result["step_avg"], tokens_per_s, 100 * mfu, result["peak_mib"], wait,
+            result["val_bpb"] or "n/a", losses))
     return 0
 
 

@@ -1,13 +1,16 @@
 """The GPU benchmark tools' own logic, checked on the CPU: the rank-slice check passes on a correct loader and
-fails on one whose ranks read the same tokens; the NCCL overlap arithmetic of profile_step is exact."""
+fails on one whose ranks read the same tokens; the NCCL overlap arithmetic of profile_step is exact; step_time's
+table reports what the logs say."""
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "bench"))
 from profile_step import family, overlap_report  # noqa: E402
+from step_time import step_flops  # noqa: E402
 
 
 def run_rank_slices(tiny_data, tmp_path, module):
@@ -59,3 +62,43 @@ def test_kernel_families():
     assert family("_xsa_fwd") == family("_xsa_bwd_0") == "xsa kernel"
     assert family("_mlp_up_act_fwd_0") == family("_mlp_act_grad_bwd") == "mlp kernel"
     assert family("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "nccl"
+
+
+FAKE_TRAINER = '''import os, sys, time
+steps = int(os.environ["ITERATIONS"])
+assert os.environ["MAX_WALLCLOCK_SECONDS"] == "0" and os.environ["VAL_LOSS_EVERY"] == "0"
+for step in range(10, steps + 1, 10):
+    print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (step, steps, 6 - step / 100,
+                                                                           step * 600, 600 + step / 10))
+print("step:%d/%d val_loss:2.4000 val_bpb:1.4321 train_time:%dms step_avg:602.50ms" % (steps, steps, steps * 600))
+print("data_wait total_ms:12.0 per_step_ms:0.480")
+print("peak memory allocated: 20160 MiB", flush=True)
+time.sleep(120)  # the end-of-run evals: step_time.py must stop the run here
+'''
+
+
+def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
+    """bench/step_time.py on a stand-in script that prints the challenge's log lines: the last train step_avg, the
+    MFU from the model-FLOP count, peak memory, data wait, the final val bpb and the chosen losses; the run is
+    stopped at its peak-memory line instead of waiting for the evals."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAINER)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "--script", str(script),
+                           "--steps", "30", "--loss-at", "10", "30", "--out-dir", str(tmp_path / "logs"),
+                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216"],
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - start < 60
+    rows = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "done")
+            rows[parts[1]] = parts
+    record, small = rows["record"], rows["small"]
+    assert record[2] == small[2] == "603.00"  # the last train step line's step_avg
+    assert record[3] == "%.0f" % (786432 / 0.603) and small[3] == "%.0f" % (393216 / 0.603)
+    assert record[4] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
+    assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
+    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000"]
+    assert (tmp_path / "logs" / "fake_train__small.log").read_text().count("step:") == 4
