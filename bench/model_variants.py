@@ -13,6 +13,16 @@ the MLPs, whose down-projections start at zero): same weights and tokens, so the
 
 Variants are cumulative by name: `gqa_qkv` = gqa + one fused QKV projection in PyTorch, and so on (see VARIANTS);
 `qkv*` replace the attention forward, fused q/k/v op included, with their PyTorch form.
+
+`floor_*` variants do NOT keep the math: each removes one component's work to measure what the rest costs, i.e. a
+lower bound on the step time that any faster kernel for that component could reach (their first loss and gradient
+norm differ from base by design):
+  floor_mlp_gemms   the MLP as its two cuBLAS GEMMs without the activation (a free LeakyReLU^2, GEMMs at cuBLAS speed)
+  floor_no_attn     attention returns q (no attention kernels at all)
+  floor_no_norm     the block/embedding/final RMSNorms are the identity (the residual mixes and q/k norms stay)
+  floor_all         all three
+
+  python bench/model_variants.py --variants base floor_mlp_gemms floor_no_attn floor_no_norm floor_all
 """
 import argparse
 import os
@@ -74,6 +84,21 @@ def mlp_torch(tg):
     tg.select_mlp_kernel = lambda h, dist_info: ("torch", "variant")
 
 
+def floor_mlp_gemms(tg):
+    mlp_torch(tg)
+    tg.leaky_relu_sq_mlp = lambda x, w_up, w_down: F.linear(F.linear(x, w_up), w_down)
+
+
+def floor_no_attn(tg):
+    tg.causal_attention = lambda q, k, v, backend: q
+
+
+def floor_no_norm(tg):
+    rms_norm = tg.rms_norm  # q/k heads (4-D) keep their norm: the fused q/k/v op's start-up probe compares with it
+
+    tg.rms_norm = lambda x: x if x.dim() == 3 else rms_norm(x)
+
+
 def inductor_flag(name: str, value):
     def patch(tg):
         import torch._inductor.config as inductor_config
@@ -101,6 +126,10 @@ VARIANTS = {
     "autotune_pointwise": [inductor_flag("max_autotune_pointwise", True)],
     "cudagraphs": [compile_mode("reduce-overhead")],
     "autotune": [compile_mode("max-autotune-no-cudagraphs")],
+    "floor_mlp_gemms": [floor_mlp_gemms],
+    "floor_no_attn": [floor_no_attn],
+    "floor_no_norm": [floor_no_norm],
+    "floor_all": [floor_mlp_gemms, floor_no_attn, floor_no_norm],
 }
 PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion", "combo_kernels", "max_autotune_pointwise")
 

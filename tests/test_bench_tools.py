@@ -1,6 +1,6 @@
 """The GPU benchmark tools' own logic, checked on the CPU: the rank-slice check passes on a correct loader and
 fails on one whose ranks read the same tokens; the NCCL overlap arithmetic of profile_step is exact; step_time's
-table reports what the logs say."""
+table reports what the logs say; model_variants' floor variants remove only the component they name."""
 import subprocess
 import sys
 import time
@@ -102,3 +102,32 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
     assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
     assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000"]
     assert (tmp_path / "logs" / "fake_train__small.log").read_text().count("step:") == 4
+
+
+def test_model_variants_floors_remove_only_their_component():
+    """The floor variants of model_variants.py patch what they name and nothing else: floor_no_norm keeps the q/k
+    head norm (4-D), which the q/k/v op's start-up probe compares against (a first version made it the identity
+    too, and the GPU run silently fell back to the PyTorch q/k path); floor_mlp_gemms drops only the activation."""
+    import torch
+    import torch.nn.functional as F
+    import model_variants
+    from trainer_module import load_trainer
+
+    tg = load_trainer()
+    generator = torch.Generator().manual_seed(0)
+    qkv, gain = torch.randn(2, 16, 4 * 64, generator=generator), torch.rand(2, generator=generator) + 0.5
+    tables = tg.rotary_tables(16, 64, 16, 10000.0, "cpu", torch.float32)
+    before = tg.qkv_heads(qkv, None, *tables, gain, 2, 16, 2, False)
+    model_variants.floor_no_norm(tg)
+    after = tg.qkv_heads(qkv, None, *tables, gain, 2, 16, 2, False)
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    x = torch.randn(2, 16, 32, generator=generator)
+    assert tg.rms_norm(x) is x
+
+    tg = load_trainer()
+    model_variants.floor_mlp_gemms(tg)
+    w_up, w_down = torch.randn(96, 32, generator=generator), torch.randn(32, 96, generator=generator)
+    torch.testing.assert_close(tg.leaky_relu_sq_mlp(x, w_up, w_down), x @ w_up.t() @ w_down.t())
+    assert tg.select_mlp_kernel(None, None)[0] == "torch"
+    assert not torch.allclose(F.leaky_relu(x @ w_up.t(), 0.5).square() @ w_down.t(), x @ w_up.t() @ w_down.t())
