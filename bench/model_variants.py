@@ -21,11 +21,15 @@ norm differ from base by design):
   floor_no_attn     attention returns q (no attention kernels at all)
   floor_no_norm     the block/embedding/final RMSNorms are the identity (the residual mixes and q/k norms stay)
   floor_all         all three
+  floor_no_token_sums  the per-channel vectors and scalars whose gradients are sums over all tokens (resid_mix,
+                    skip_weights, the smear gate, the bigram/value-embedding scales) get no gradient: what those
+                    reductions cost inside the backward kernels
 
   python bench/model_variants.py --variants base floor_mlp_gemms floor_no_attn floor_no_norm floor_all
 """
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -99,6 +103,22 @@ def floor_no_norm(tg):
     tg.rms_norm = lambda x: x if x.dim() == 3 else rms_norm(x)
 
 
+def floor_no_token_sums(tg):
+    build_model = tg.build_model
+
+    def build_frozen(h, device):
+        model = build_model(h, device)
+        for name, param in model.named_parameters():
+            if TOKEN_SUM_PARAMS.fullmatch(name):
+                param.requires_grad_(False)
+        return model
+    tg.build_model = build_frozen
+
+
+TOKEN_SUM_PARAMS = re.compile(r"skip_weights|smear\.gate|bigram\.scale|ve_shared\.scale|ve_layer_scales\.\d+|"
+                              r"blocks\.\d+\.resid_mix")
+
+
 def inductor_flag(name: str, value):
     def patch(tg):
         import torch._inductor.config as inductor_config
@@ -130,6 +150,7 @@ VARIANTS = {
     "floor_no_attn": [floor_no_attn],
     "floor_no_norm": [floor_no_norm],
     "floor_all": [floor_mlp_gemms, floor_no_attn, floor_no_norm],
+    "floor_no_token_sums": [floor_no_token_sums],
 }
 PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion", "combo_kernels", "max_autotune_pointwise")
 

@@ -107,7 +107,8 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
 def test_model_variants_floors_remove_only_their_component():
     """The floor variants of model_variants.py patch what they name and nothing else: floor_no_norm keeps the q/k
     head norm (4-D), which the q/k/v op's start-up probe compares against (a first version made it the identity
-    too, and the GPU run silently fell back to the PyTorch q/k path); floor_mlp_gemms drops only the activation."""
+    too, and the GPU run silently fell back to the PyTorch q/k path); floor_mlp_gemms drops only the activation;
+    floor_no_token_sums freezes exactly the parameters whose gradients are sums over all tokens."""
     import torch
     import torch.nn.functional as F
     import model_variants
@@ -131,3 +132,10 @@ def test_model_variants_floors_remove_only_their_component():
     torch.testing.assert_close(tg.leaky_relu_sq_mlp(x, w_up, w_down), x @ w_up.t() @ w_down.t())
     assert tg.select_mlp_kernel(None, None)[0] == "torch"
     assert not torch.allclose(F.leaky_relu(x @ w_up.t(), 0.5).square() @ w_down.t(), x @ w_up.t() @ w_down.t())
+
+    tg = load_trainer()
+    model_variants.floor_no_token_sums(tg)
+    model = tg.build_model(tg.Hyperparameters.from_env({}), torch.device("cpu"))
+    frozen = sorted(name for name, param in model.named_parameters() if not param.requires_grad)
+    assert frozen == sorted(["skip_weights", "smear.gate", "bigram.scale", "ve_shared.scale", "ve_layer_scales.0",
+                             "ve_layer_scales.1"] + ["blocks.%d.resid_mix" % i for i in range(11)])
