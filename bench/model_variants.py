@@ -120,9 +120,17 @@ TOKEN_SUM_PARAMS = re.compile(r"skip_weights|smear\.gate|bigram\.scale|ve_shared
 
 
 def inductor_flag(name: str, value):
+    """Sets an inductor config entry, dotted names for sub-configs (`triton.mix_order_reduction`); run_variant
+    restores the whole config after the variant. Unknown names fail loudly (this torch may not have them)."""
     def patch(tg):
         import torch._inductor.config as inductor_config
-        setattr(inductor_config, name, value)
+        *path, leaf = name.split(".")
+        target = inductor_config
+        for part in path:
+            target = getattr(target, part)
+        if not hasattr(target, leaf):
+            raise AttributeError("torch %s has no inductor config %s" % (torch.__version__, name))
+        setattr(target, leaf, value)
     return patch
 
 
@@ -151,14 +159,18 @@ VARIANTS = {
     "floor_no_norm": [floor_no_norm],
     "floor_all": [floor_mlp_gemms, floor_no_attn, floor_no_norm],
     "floor_no_token_sums": [floor_no_token_sums],
+    "no_mix_order": [inductor_flag("triton.mix_order_reduction", False)],
+    "mix_split_16": [inductor_flag("triton.mix_order_reduction_split_size", 16)],
+    "mix_split_32": [inductor_flag("triton.mix_order_reduction_split_size", 32)],
+    "mix_split_256": [inductor_flag("triton.mix_order_reduction_split_size", 256)],
+    "mix_split_1024": [inductor_flag("triton.mix_order_reduction_split_size", 1024)],
 }
-PATCHED_INDUCTOR_FLAGS = ("coordinate_descent_tuning", "aggressive_fusion", "combo_kernels", "max_autotune_pointwise")
 
 
 def run_variant(name: str, args) -> tuple:
     tg = load_trainer(args.module)  # a fresh module per variant: patches never leak into the next one
     import torch._inductor.config as inductor_config
-    saved_flags = {key: getattr(inductor_config, key) for key in PATCHED_INDUCTOR_FLAGS}
+    saved_config = inductor_config.get_config_copy()
     for patch in VARIANTS[name]:
         patch(tg)
     h = tg.Hyperparameters.from_env(dict(os.environ))
@@ -225,8 +237,7 @@ def run_variant(name: str, args) -> tuple:
             print("  [%s] %8.3f  %s" % (name, ms, kernel[:110]))
     del model, base
     torch._dynamo.reset()
-    for key, value in saved_flags.items():
-        setattr(inductor_config, key, value)
+    inductor_config.load_config(saved_config)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, first_grad_norm, compile_s, peak, backend
