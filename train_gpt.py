@@ -2426,17 +2426,12 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> Non
     outputs = (fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2, True),
                qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2, True))
     results = [out + torch.autograd.grad(out, inputs, grads) for out in outputs]
-    for name, fused, reference in zip(("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"), *results):
-        error = (fused - reference).abs().max().item()
-        if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
-            raise RuntimeError("fused q/k/v op differs from the PyTorch form: %s max error %.3g" % (name, error))
+    _require_close("fused q/k/v op", ("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"), results, 1e-4,
+                   1.0)
     y, v = make(2, 16, 4, head_dim), make(2, 16, 2, head_dim)  # XSA, two heads per value head
     outputs = (fused_xsa_op()(y, v), exclusive_self_attention(y, v))
     results = [(out,) + torch.autograd.grad(out, (y, v), grads[0].repeat(1, 1, 2, 1)) for out in outputs]
-    for name, fused, reference in zip(("forward", "dy", "dv"), *results):
-        error = (fused - reference).abs().max().item()
-        if not error <= 1e-4 * max(1.0, reference.abs().max().item()):
-            raise RuntimeError("fused XSA op differs from the PyTorch form: %s max error %.3g" % (name, error))
+    _require_close("fused XSA op", ("forward", "dy", "dv"), results, 1e-4, 1.0)
 
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
@@ -2453,10 +2448,17 @@ def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
     inputs = (x, w_up, w_down)
     outputs = (fused_mlp_op()(*inputs), leaky_relu_sq_mlp(*(t.float() for t in inputs)))
     results = [(out,) + torch.autograd.grad(out, inputs, grad) for out in outputs]
-    for name, fused, reference in zip(("forward", "dx", "dw_up", "dw_down"), *results):
-        error = (fused.float() - reference).abs().max().item()
-        if not error <= 3e-2 * reference.abs().max().item():
-            raise RuntimeError("fused MLP kernel differs from the PyTorch form: %s max error %.3g" % (name, error))
+    _require_close("fused MLP kernel", ("forward", "dx", "dw_up", "dw_down"), results, 3e-2, 0.0)
+
+
+def _require_close(what: str, names: Sequence[str], results: Sequence[tuple], tolerance: float,
+                   floor: float) -> None:
+    """results = (fused outputs, reference outputs): each fused one within tolerance * max(floor, largest |reference|)
+    of its reference, else a RuntimeError naming the output and its error."""
+    for name, fused, reference in zip(names, *results):
+        error = (fused.float() - reference.float()).abs().max().item()
+        if not error <= tolerance * max(floor, reference.abs().max().item()):
+            raise RuntimeError("%s differs from the PyTorch form: %s max error %.3g" % (what, name, error))
 
 
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
