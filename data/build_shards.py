@@ -2,13 +2,16 @@
 """Turn text into the challenge's token shards (SPEC §2): a SentencePiece BPE tokenizer plus
 `fineweb_val_*.bin` / `fineweb_train_*.bin` and a manifest.json.
 
-  python3 data/build_shards.py                 # bundled Wikipedia sample -> trainer's default paths
-  python3 data/build_shards.py my.jsonl.xz more.txt.gz --val-docs 1000 --out-dir data/datasets/mine_sp1024
-  python3 data/build_shards.py corpus.jsonl --tokenizer data/tokenizers/fineweb_1024_bpe.model
+  tools/py data/build_shards.py                # bundled Wikipedia sample -> trainer's default paths
+  tools/py data/build_shards.py my.jsonl.xz more.txt.gz --val-docs 1000 --out-dir data/datasets/mine_sp1024
+  tools/py data/build_shards.py corpus.jsonl --tokenizer data/tokenizers/fineweb_1024_bpe.model
 
 Validation is the first --val-docs documents (inputs read in the order given), the rest is train.
 Every document is written as [BOS] + its tokens, no EOS. The same inputs and tokenizer give
-byte-identical shards for any --workers. See data/README.md.
+byte-identical shards for any --workers. The dataset's manifest.json records its tokenizer's sha256; a
+trained tokenizer goes beside its dataset's name (data/tokenizers/<out-dir name>.model, or the challenge's
+fineweb_<V>_bpe.model for the default dir), and replacing another dataset's tokenizer file or shards needs
+--overwrite. See data/README.md.
 """
 
 import argparse
@@ -28,12 +31,17 @@ if __package__ in (None, ""):
     _SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _SCRIPT_DIR]
     sys.path.insert(0, os.path.dirname(_SCRIPT_DIR))
+if __name__ == "__main__":
+    from data.environment import require_modules
+
+    require_modules("build_shards", "data/build_shards.py", ("numpy", "sentencepiece"))
 
 import numpy as np
 
 from data.corpus import TEXT_UNITS, CorpusError, CorpusReader, record_text
 from data.encoding import encode_batches
 from data.fileio import atomic_write_bytes, sha256_file
+from data.manifest import MANIFEST_NAME, datasets_using_tokenizer, expected_tokenizer_sha256
 from data.shards import MAX_TOKENS, MAX_VOCAB_SIZE, ShardFormatError, list_shards, shard_name, write_shard
 from data.sp_tokenizer import (
     TokenizerError,
@@ -52,7 +60,6 @@ DEFAULT_VAL_DOCS = 50_000  # FineWeb challenge split
 DEFAULT_VOCAB_SIZE = 1024
 DEFAULT_SHARD_SIZE = 100_000_000
 BATCH_BYTES = 1 << 20  # raw bytes of documents per encoding batch
-MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
 
 
@@ -74,6 +81,15 @@ def default_tokenizer_path(vocab_size: int) -> Path:
     return DATA_DIR / "tokenizers" / f"fineweb_{vocab_size}_bpe.model"
 
 
+def tokenizer_path_for(out_dir: Path, vocab_size: int) -> Path:
+    """Where a trained tokenizer goes by default: the challenge's name for the challenge's dataset dir
+    (fineweb10B_sp<V> -> fineweb_<V>_bpe.model, the trainer's default pair), else data/tokenizers/<dataset
+    name>.model, so a build into its own --out-dir never replaces the tokenizer of another dataset."""
+    if Path(out_dir).resolve() == default_out_dir(vocab_size).resolve():
+        return default_tokenizer_path(vocab_size)
+    return DATA_DIR / "tokenizers" / f"{Path(out_dir).resolve().name}.model"
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     inputs: tuple
@@ -88,6 +104,7 @@ class BuildConfig:
     text_unit: str = "paragraph"
     tokenizer_train_docs: int | None = None  # None: train on every document
     progress: bool = False
+    overwrite: bool = False  # replace a tokenizer file or shards that belong to another dataset
 
     def validate(self) -> None:
         problems = []
@@ -221,7 +238,10 @@ def _tqdm_class():
     try:
         from tqdm import tqdm
     except ImportError:
-        raise BuildError("the progress bar needs tqdm: pip install tqdm, or pass --no-progress") from None
+        raise BuildError(
+            "the progress bar needs tqdm, which this Python lacks: run in the quick start's environment "
+            "(tools/py data/build_shards.py ...), pip install tqdm, or pass --no-progress"
+        ) from None
     return tqdm
 
 
@@ -326,6 +346,52 @@ def make_manifest(config: BuildConfig, tokenizer: Tokenizer, writer: ShardWriter
     }
 
 
+def _shards_in(directory: Path) -> list:
+    return list_shards(directory, "val") + list_shards(directory, "train")
+
+
+def check_out_dir_before_work(config: BuildConfig) -> None:
+    """Refuse, before any work, to replace shards whose tokenizer cannot be known (no usable manifest)."""
+    shards = _shards_in(config.out_dir)
+    if config.overwrite or not shards:
+        return
+    expected, reason = expected_tokenizer_sha256(config.out_dir)
+    if expected is None:
+        raise BuildError(
+            f"{config.out_dir} already holds {len(shards)} shard(s) made with an unknown tokenizer ({reason}); "
+            "choose another --out-dir, or pass --overwrite to replace them"
+        )
+
+
+def check_replacements(config: BuildConfig, tokenizer: Tokenizer, log) -> None:
+    """Once the tokenizer's bytes are known: refuse (without --overwrite) to write over a tokenizer file with
+    other bytes, or over shards that another tokenizer made; either would pair shards with the wrong
+    tokenizer, and the trainer would score them with it."""
+    new_sha256 = hashlib.sha256(tokenizer.model_bytes).hexdigest()
+    if tokenizer.trained and tokenizer.path.is_file():
+        old_sha256 = sha256_file(tokenizer.path)
+        if old_sha256 != new_sha256:
+            roots = {DATA_DIR / "datasets", Path(config.out_dir).resolve().parent}
+            owners = sorted({str(d) for root in roots for d in datasets_using_tokenizer(old_sha256, root)})
+            owner = f", the tokenizer of {', '.join(owners)}" if owners else ""
+            if not config.overwrite:
+                raise BuildError(
+                    f"{tokenizer.path} already exists with other bytes (sha256 {old_sha256[:12]}...{owner}) than "
+                    f"this build's tokenizer (sha256 {new_sha256[:12]}...); write it elsewhere with --tokenizer-out "
+                    "or a dataset --out-dir of its own, or pass --overwrite to replace it"
+                )
+            log(f"warning: --overwrite: replacing {tokenizer.path} (sha256 {old_sha256[:12]}...{owner}); "
+                "a dataset made with the old tokenizer no longer matches it")
+    if not _shards_in(config.out_dir):
+        return
+    expected, detail = expected_tokenizer_sha256(config.out_dir)
+    if expected is not None and expected != new_sha256 and not config.overwrite:
+        raise BuildError(
+            f"{config.out_dir} holds a dataset made with another tokenizer ({detail}, sha256 {expected[:12]}...; "
+            f"this build's is {new_sha256[:12]}...); choose another --out-dir, or pass --overwrite to replace it"
+        )
+
+
 def publish(staging: Path, out_dir: Path, writer: ShardWriter) -> None:
     """Replace the output dir's shards with the staged ones; the manifest is written after this."""
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
@@ -344,7 +410,9 @@ def build_shards(config: BuildConfig, log=print) -> dict:
         _tqdm_class()  # fail before any work if the bar cannot be shown
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir_before_work(config)
     tokenizer = prepare_tokenizer(config, log)
+    check_replacements(config, tokenizer, log)
     staging = out_dir / f".build-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -365,7 +433,8 @@ def summary_lines(config: BuildConfig, manifest: dict, seconds: float) -> list:
     dataset, tokenizer = manifest["datasets"][0], manifest["tokenizers"][0]
     stats = dataset["stats"]
     how = f"trained on {tokenizer['train_docs']} docs" if tokenizer["trained_by_this_build"] else "given"
-    model_path = config.tokenizer_out if tokenizer["trained_by_this_build"] else config.tokenizer
+    model_path = Path(config.tokenizer_out if tokenizer["trained_by_this_build"] else config.tokenizer).resolve()
+    out_dir = Path(config.out_dir).resolve()
     rate = stats["tokens_total"] / max(seconds, 1e-9)
     lines = [
         f"done in {seconds:.1f} s ({rate:,.0f} tokens/s overall, {config.workers} workers)",
@@ -377,8 +446,8 @@ def summary_lines(config: BuildConfig, manifest: dict, seconds: float) -> list:
             f"{stats['files_' + split]} shard(s)"
         )
     lines += [
-        f"  output     {config.out_dir} (manifest.json)",
-        f"  train with DATA_PATH={config.out_dir} TOKENIZER_PATH={model_path} VOCAB_SIZE={config.vocab_size}",
+        f"  output     {out_dir} (manifest.json: the dataset and its tokenizer's sha256)",
+        f"  train with DATA_PATH={out_dir} TOKENIZER_PATH={model_path} VOCAB_SIZE={config.vocab_size}",
     ]
     return lines
 
@@ -402,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tokenizer-out", type=Path, default=None,
-        help="where to write a trained tokenizer (default data/tokenizers/fineweb_<V>_bpe.model)",
+        help="where to write a trained tokenizer (default: data/tokenizers/fineweb_<V>_bpe.model for the default "
+        "--out-dir, else data/tokenizers/<--out-dir's name>.model)",
     )
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokenizer vocab size")
     parser.add_argument(
@@ -430,6 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the tokenizer on only the first N documents (default: all)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="allow replacing a tokenizer file with other bytes, or shards in --out-dir made by another tokenizer",
+    )
     return parser
 
 
@@ -442,10 +516,11 @@ def config_from_args(args) -> BuildConfig:
         val_docs = args.val_docs
     else:
         val_docs = SAMPLE_VAL_DOCS if use_sample else DEFAULT_VAL_DOCS
+    out_dir = args.out_dir or default_out_dir(args.vocab_size)
     return BuildConfig(
         inputs=inputs,
-        out_dir=args.out_dir or default_out_dir(args.vocab_size),
-        tokenizer_out=args.tokenizer_out or default_tokenizer_path(args.vocab_size),
+        out_dir=out_dir,
+        tokenizer_out=args.tokenizer_out or tokenizer_path_for(out_dir, args.vocab_size),
         tokenizer=args.tokenizer,
         vocab_size=args.vocab_size,
         val_docs=val_docs,
@@ -455,6 +530,7 @@ def config_from_args(args) -> BuildConfig:
         text_unit=args.text_unit,
         tokenizer_train_docs=args.tokenizer_train_docs,
         progress=not args.no_progress,
+        overwrite=args.overwrite,
     )
 
 

@@ -35,16 +35,29 @@ if __package__ in (None, ""):
     _SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _SCRIPT_DIR]
     sys.path.insert(0, os.path.dirname(_SCRIPT_DIR))
+if __name__ == "__main__":
+    from data.environment import require_modules
+
+    require_modules(
+        "cached_challenge_fineweb", "data/cached_challenge_fineweb.py", ("huggingface_hub", "numpy", "sentencepiece")
+    )
 
 from data.fileio import atomic_write_bytes, sha256_file, stale_temporaries, temporary_path_for
-from data.shards import ShardFormatError, shard_name, verify_shard
+from data.manifest import MANIFEST_NAME, datasets_using_tokenizer, expected_tokenizer_sha256
+from data.shards import ShardFormatError, list_shards, shard_name, verify_shard
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
 DEFAULT_REMOTE_ROOT = "datasets"
 DEFAULT_VARIANT = "sp1024"
 DEFAULT_TRAIN_SHARDS = 80
 DATA_DIR = Path(__file__).resolve().parent
-MANIFEST_NAME = "manifest.json"
+SAMPLE_PATH = DATA_DIR / "sample" / "tiny.jsonl.xz"
+MANIFEST_SOURCE_NAME = "manifest.source.json"  # beside data/manifest.json: the repo and remote root it came from
+DOWNLOADER_NAME = "data/cached_challenge_fineweb.py"
+BUILDER_NAME = "data/build_shards.py"
+DATASET_MANIFEST_FORMAT_VERSION = 1
+# Variants whose records' data is not in the default repo (SPEC_0409 §2).
+KNOWN_VARIANT_REPOS = {"sp8192": "kevclark/parameter-golf"}
 DOCS_FILES = ("docs_selected.jsonl", "docs_selected.source_manifest.json")
 VARIANT_PATTERN = re.compile(r"sp\d+|byte260")
 TOKENIZER_ARTIFACT_KEYS = ("model_path", "vocab_path", "path")
@@ -76,6 +89,13 @@ class HubSource:
             repo_id=environ.get("MATCHED_FINEWEB_REPO_ID") or DEFAULT_REPO_ID,
             remote_root=environ.get("MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", DEFAULT_REMOTE_ROOT).strip("/"),
         )
+
+    def origin(self) -> dict:
+        """What identifies the manifest this source serves (a mirror endpoint serves the same one)."""
+        return {"repo_id": self.repo_id, "remote_root": self.remote_root}
+
+    def describe(self) -> str:
+        return describe_origin(self.origin())
 
     def remote_path(self, relative: str) -> str:
         return "/".join(part for part in (self.remote_root, relative) if part)
@@ -156,6 +176,27 @@ class HubFetcher:
             ) from error
 
 
+def describe_origin(origin) -> str:
+    if origin is None:
+        return "an unrecorded repo"
+    return f"{origin['repo_id']} (remote root {origin['remote_root']!r})"
+
+
+def read_origin(path: Path):
+    """The {repo_id, remote_root} recorded in a manifest.source.json or a dataset manifest's `source`, or None."""
+    try:
+        recorded = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return _origin_of(recorded)
+
+
+def _origin_of(recorded):
+    if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), str) for k in ("repo_id", "remote_root")):
+        return None
+    return {"repo_id": recorded["repo_id"], "remote_root": recorded["remote_root"]}
+
+
 def local_path(data_dir: Path, relative: str) -> Path:
     """Where a file under the remote root lives locally: the same relative path under data_dir."""
     parts = relative.split("/")
@@ -211,15 +252,39 @@ def _shard_expectations(entry: dict, files_val: int) -> dict:
     return expectations
 
 
-def plan_downloads(manifest: dict, manifest_path: Path, variant: str, train_shards: int, with_docs: bool) -> list:
+def dataset_entry(manifest: dict, manifest_path: Path, variant: str, origin: str) -> dict:
+    """The manifest's datasets[] entry for `variant`; a missing one is an error naming the repo and listing
+    the variants the manifest has."""
     dataset_name = parse_variant(variant)
-    entry = _entry_named(manifest.get("datasets"), dataset_name, "dataset", manifest_path)
+    entries = [entry for entry in manifest.get("datasets") or [] if isinstance(entry, dict)]
+    for entry in entries:
+        if entry.get("name") == dataset_name:
+            return entry
+    prefix = "fineweb10B_"
+    names = sorted(str(entry.get("name")) for entry in entries)
+    variants = [name[len(prefix):] if name.startswith(prefix) else name for name in names]
+    hint = ""
+    if variant in KNOWN_VARIANT_REPOS and not origin.startswith(KNOWN_VARIANT_REPOS[variant] + " "):
+        known = KNOWN_VARIANT_REPOS[variant]
+        hint = f" The records' {variant} data is in another repo: MATCHED_FINEWEB_REPO_ID={known}"
+    raise DownloadError(
+        f"{manifest_path} (from {origin}) has no dataset {dataset_name} for --variant {variant}; "
+        f"its variants: {', '.join(variants) or 'none'}.{hint}"
+    )
+
+
+def tokenizer_entry_for(manifest: dict, manifest_path: Path, entry: dict) -> dict:
+    return _entry_named(manifest.get("tokenizers"), entry.get("tokenizer_name"), "tokenizer", manifest_path)
+
+
+def plan_downloads(entry: dict, tokenizer: dict, manifest_path: Path, train_shards: int, with_docs: bool) -> list:
+    """The files to fetch, in order, for one datasets[] entry and its tokenizers[] entry."""
+    dataset_name = entry["name"]
     stats = entry.get("stats") if isinstance(entry.get("stats"), dict) else {}
     files_train = _stat_int(stats, "files_train", manifest_path, dataset_name)
     files_val = _stat_int(stats, "files_val", manifest_path, dataset_name)
     if train_shards > files_train:
         raise DownloadError(f"{dataset_name} has only {files_train} train shards; asked for {train_shards}")
-    tokenizer = _entry_named(manifest.get("tokenizers"), entry.get("tokenizer_name"), "tokenizer", manifest_path)
     artifacts = [tokenizer[key] for key in TOKENIZER_ARTIFACT_KEYS if isinstance(tokenizer.get(key), str)]
     if not artifacts:
         raise DownloadError(f"{manifest_path}: tokenizer {tokenizer.get('name')!r} lists no files")
@@ -315,17 +380,98 @@ class Downloader:
         self.log = log
         self.counts = {"downloaded": 0, "present": 0, "replaced": 0}
 
-    def get_manifest(self, skip_download: bool) -> Path:
+    def get_manifest(self, skip_download: bool):
+        """data/manifest.json, fetched unless the local one came from this source (recorded beside it in
+        manifest.source.json): a manifest of another repo may lack the variant or describe other shards.
+        Returns (path, a description of where it came from)."""
         path = local_path(self.data_dir, MANIFEST_NAME)
+        origin_path = local_path(self.data_dir, MANIFEST_SOURCE_NAME)
+        recorded = read_origin(origin_path)
+        wanted = self.source.origin()
         if path.is_file():
-            self.log(f"manifest: using {path}")
-            return path
-        if skip_download:
+            if recorded == wanted:
+                self.log(f"manifest: using {path} (from {self.source.describe()})")
+                return path, self.source.describe()
+            if skip_download:
+                if recorded is None:
+                    self.log(f"manifest: using {path} as --skip-manifest asks (where it came from was not recorded)")
+                    return path, "an unrecorded repo"
+                raise DownloadError(
+                    f"{path} came from {describe_origin(recorded)}, but MATCHED_FINEWEB_REPO_ID / "
+                    f"MATCHED_FINEWEB_REMOTE_ROOT_PREFIX now name {self.source.describe()}; run without "
+                    "--skip-manifest to fetch that repo's manifest"
+                )
+            self.log(f"manifest: {path} came from {describe_origin(recorded)}; fetching {self.source.describe()}'s")
+        elif skip_download:
             raise DownloadError(f"{path} not found and --skip-manifest was given; run once without it")
+        origin_path.unlink(missing_ok=True)  # never a record that names the wrong manifest, even if killed here
         cached = self.fetch(MANIFEST_NAME)
         atomic_write_bytes(path, Path(cached).read_bytes())
-        self.log(f"manifest: fetched {self.source.remote_path(MANIFEST_NAME)}")
-        return path
+        record = dict(wanted, endpoint=self.source.endpoint_name())
+        atomic_write_bytes(origin_path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        self.log(f"manifest: fetched {self.source.remote_path(MANIFEST_NAME)} from {self.source.describe()}")
+        return path, self.source.describe()
+
+    def prepare_dataset_dir(self, dataset_dir: Path) -> None:
+        """Never mix two datasets' files in one folder. A dataset dir that holds another dataset (another repo's
+        download, or a build_shards.py build) is refused, except the bundled-sample build, which only stands in
+        for the challenge's data at the trainer's default path and is rebuilt in seconds: its shards and
+        manifest are removed (its tokenizer is then checked like any other present tokenizer file)."""
+        local = _read_json(dataset_dir / MANIFEST_NAME)
+        if local is None:
+            return  # nothing there, or files of an earlier download that wrote no manifest: verified one by one
+        if local.get("created_by") == DOWNLOADER_NAME and _origin_of(local.get("source")) == self.source.origin():
+            return
+        if _is_bundled_sample_build(local):
+            shards = list_shards(dataset_dir, "val") + list_shards(dataset_dir, "train")
+            self.log(f"replacing the bundled-sample build in {dataset_dir} ({len(shards)} shards; "
+                     "rebuild it elsewhere with: tools/py data/build_shards.py --out-dir DIR)")
+            (dataset_dir / MANIFEST_NAME).unlink()
+            for shard in shards:
+                shard.unlink()
+            return
+        if local.get("created_by") == DOWNLOADER_NAME:
+            what = f"downloaded from {describe_origin(_origin_of(local.get('source')))}"
+        else:
+            sources = ", ".join(str(s.get("name")) for s in local.get("datasets", [{}])[0].get("sources") or []
+                                if isinstance(s, dict))
+            what = f"built by {local.get('created_by', 'an unknown tool')}" + (f" from {sources}" if sources else "")
+        raise DownloadError(
+            f"{dataset_dir} already holds another dataset ({what}); downloading {self.source.describe()}'s "
+            "files into it would mix the two. Move that folder away (or delete it), then re-run"
+        )
+
+    def check_present_tokenizer(self, planned: PlannedFile, dataset_dir: Path, companions) -> None:
+        """A tokenizer .model already in data/tokenizers/ must be this source's (same bytes), or the shards
+        would be scored with another tokenizer. One that another local dataset names is refused; one no
+        dataset names is removed with its `companions` (e.g. the .vocab), to be downloaded again."""
+        destination = local_path(self.data_dir, planned.relative)
+        if not destination.is_file():
+            return
+        expected = planned.expected_sha256 or self._recorded_tokenizer_sha256(dataset_dir)
+        if expected is None:
+            expected = sha256_file(self.fetch(planned.relative))  # the hub's bytes (the cache makes this cheap)
+        local = sha256_file(destination)
+        if local == expected:
+            return
+        owners = datasets_using_tokenizer(local, self.data_dir / "datasets")
+        if owners:
+            raise DownloadError(
+                f"{destination} is not the tokenizer of {self.source.describe()} (sha256 {local[:12]}..., expected "
+                f"{expected[:12]}...): it is the tokenizer of {', '.join(map(str, owners))}. Move that tokenizer "
+                "and its dataset away (or delete them), then re-run"
+            )
+        self.log(f"replacing {destination}: not the tokenizer of {self.source.describe()} (sha256 {local[:12]}..., "
+                 f"expected {expected[:12]}...) and no dataset in {self.data_dir / 'datasets'} names it")
+        for path in [destination, *companions]:
+            path.unlink(missing_ok=True)
+
+    def _recorded_tokenizer_sha256(self, dataset_dir: Path):
+        """The sha256 an earlier download from this source recorded in the dataset's manifest."""
+        local = _read_json(dataset_dir / MANIFEST_NAME)
+        if local is None or _origin_of(local.get("source")) != self.source.origin():
+            return None
+        return expected_tokenizer_sha256(dataset_dir)[0]
 
     def ensure(self, planned: PlannedFile, variant: str):
         """Make sure one planned file is present and valid locally; returns its token count for shards."""
@@ -356,6 +502,54 @@ class Downloader:
         return tokens
 
 
+def _read_json(path: Path):
+    """A JSON object from `path`, or None when there is no such file; an unreadable one is an error."""
+    if not Path(path).is_file():
+        return None
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DownloadError(f"{path}: unreadable ({error}); move it away or delete it, then re-run") from error
+    if not isinstance(value, dict):
+        raise DownloadError(f"{path}: not a JSON object; move it away or delete it, then re-run")
+    return value
+
+
+def _is_bundled_sample_build(local: dict) -> bool:
+    """A dataset manifest written by build_shards.py from data/sample/tiny.jsonl.xz and nothing else."""
+    datasets = local.get("datasets")
+    if local.get("created_by") != BUILDER_NAME or not isinstance(datasets, list) or not datasets:
+        return False
+    sources = datasets[0].get("sources") if isinstance(datasets[0], dict) else None
+    if not isinstance(sources, list) or len(sources) != 1 or not isinstance(sources[0], dict):
+        return False
+    return (
+        sources[0].get("name") == SAMPLE_PATH.name and SAMPLE_PATH.is_file()
+        and sources[0].get("sha256") == sha256_file(SAMPLE_PATH)
+    )
+
+
+def write_dataset_manifest(data_dir: Path, dataset_dir: Path, entry: dict, tokenizer: dict, variant: str,
+                           source: HubSource) -> Path:
+    """The dataset's own manifest.json (the contract of data/manifest.py, as build_shards.py writes one): the
+    challenge manifest's entries for this dataset and its tokenizer, with the sha256 of the downloaded .model
+    (the challenge's manifest may not carry one) and the vocab size, plus where they came from."""
+    tokenizer = dict(tokenizer, vocab_size=variant_vocab_size(variant))
+    model_path = tokenizer.get("model_path")
+    if isinstance(model_path, str) and model_path.endswith(".model"):
+        tokenizer["sha256"] = sha256_file(local_path(data_dir, model_path))
+    manifest = {
+        "format_version": DATASET_MANIFEST_FORMAT_VERSION,
+        "created_by": DOWNLOADER_NAME,
+        "source": dict(source.origin(), endpoint=source.endpoint_name(), manifest=source.remote_path(MANIFEST_NAME)),
+        "datasets": [entry],
+        "tokenizers": [tokenizer],
+    }
+    path = dataset_dir / MANIFEST_NAME
+    atomic_write_bytes(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    return path
+
+
 @dataclass(frozen=True)
 class DownloadReport:
     dataset_dir: Path
@@ -366,6 +560,7 @@ class DownloadReport:
     shards_train: int
     shards_with_counts: int
     counts: dict
+    tokenizer_sha256: str | None = None
 
 
 def download(
@@ -380,10 +575,20 @@ def download(
 ) -> DownloadReport:
     if train_shards < 0:
         raise DownloadError(f"train shards must be >= 0, got {train_shards}")
-    parse_variant(variant)
+    dataset_name = parse_variant(variant)
     downloader = Downloader(source, data_dir, fetch, log)
-    manifest_path = downloader.get_manifest(skip_manifest)
-    plan = plan_downloads(load_manifest(manifest_path), manifest_path, variant, train_shards, with_docs)
+    manifest_path, origin = downloader.get_manifest(skip_manifest)
+    manifest = load_manifest(manifest_path)
+    entry = dataset_entry(manifest, manifest_path, variant, origin)
+    tokenizer_entry = tokenizer_entry_for(manifest, manifest_path, entry)
+    plan = plan_downloads(entry, tokenizer_entry, manifest_path, train_shards, with_docs)
+    dataset_dir = local_path(data_dir, f"datasets/{dataset_name}")
+    tokenizer_files = [p for p in plan if p.kind != "shard" and p.relative not in DOCS_FILES]
+    downloader.prepare_dataset_dir(dataset_dir)
+    for planned in tokenizer_files:
+        if planned.kind == "tokenizer_model":
+            companions = [local_path(data_dir, p.relative) for p in tokenizer_files if p is not planned]
+            downloader.check_present_tokenizer(planned, dataset_dir, companions)
     tokens = {"val": 0, "train": 0}
     shard_counts = {"val": 0, "train": 0}
     with_counts = 0
@@ -394,12 +599,11 @@ def download(
             tokens[split] += count
             shard_counts[split] += 1
             with_counts += planned.expected_tokens is not None
-    tokenizer_paths = tuple(
-        local_path(data_dir, planned.relative) for planned in plan if planned.kind != "shard"
-        and planned.relative not in DOCS_FILES
-    )
+    tokenizer_paths = tuple(local_path(data_dir, planned.relative) for planned in tokenizer_files)
+    dataset_manifest = write_dataset_manifest(data_dir, dataset_dir, entry, tokenizer_entry, variant, source)
+    log(f"wrote {dataset_manifest}")
     return DownloadReport(
-        dataset_dir=local_path(data_dir, f"datasets/{parse_variant(variant)}"),
+        dataset_dir=dataset_dir,
         tokenizer_paths=tokenizer_paths,
         tokens_val=tokens["val"],
         tokens_train=tokens["train"],
@@ -407,6 +611,7 @@ def download(
         shards_train=shard_counts["train"],
         shards_with_counts=with_counts,
         counts=dict(downloader.counts),
+        tokenizer_sha256=expected_tokenizer_sha256(dataset_dir)[0],
     )
 
 
@@ -429,7 +634,8 @@ def summary_lines(report: DownloadReport) -> list:
         f"  val    {report.shards_val} shard(s), {report.tokens_val:,} tokens",
         f"  train  {report.shards_train} shard(s), {report.tokens_train:,} tokens",
         f"  checks {checks}",
-        f"  data   {report.dataset_dir}",
+        f"  data   {report.dataset_dir} (manifest.json: the dataset and its tokenizer's sha256 "
+        f"{(report.tokenizer_sha256 or 'unknown')[:16]}...)",
     ]
     lines += [f"  tokenizer {path}" for path in report.tokenizer_paths]
     if model is not None:

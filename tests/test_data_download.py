@@ -304,7 +304,8 @@ def test_token_ids_beyond_the_vocab_are_refused(tmp_path, data_hub):
     [
         (None, 99, "has only"),
         (None, -1, "train shards must be >= 0"),
-        ("drop_dataset", 1, "no dataset named 'fineweb10B_sp1024' (available: fineweb10B_other)"),
+        ("drop_dataset", 1, f"(from {REPO_ID} (remote root 'datasets')) has no dataset fineweb10B_sp1024 for "
+                            "--variant sp1024; its variants: other."),
         ("drop_tokenizer", 1, "no tokenizer named"),
         ("escape_path", 1, "not a plain relative path"),
         ("missing_file", 3, "no such file on the hub"),
