@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark data/build_shards.py: build shards from one corpus with 1..N encoding workers.
 
-  python3 bench/shard_build.py                                   # ../shared/corpus/wikipedia_en.jsonl.xz
-  python3 bench/shard_build.py --corpus my.jsonl.xz --tokenizer data/tokenizers/fineweb_1024_bpe.model
-  python3 bench/shard_build.py --workers 1,4,16 --repeat 3
+  tools/py bench/shard_build.py                                  # ../shared/corpus/wikipedia_en.jsonl.xz
+  tools/py bench/shard_build.py --corpus my.jsonl.xz --tokenizer data/tokenizers/fineweb_1024_bpe.model
+  tools/py bench/shard_build.py --workers 1,4,16 --repeat 3
 
 Each run is a full build (read + decompress + parse + encode + write shards + manifest) into a temp dir,
 timed end to end; the tokenizer is trained once beforehand (or given) and is not part of the timing.
@@ -22,6 +22,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+if __name__ == "__main__":
+    from data.environment import require_modules  # noqa: E402
+
+    require_modules("shard_build", "bench/shard_build.py", ("numpy", "sentencepiece"))
 
 from data.build_shards import BuildConfig, build_shards, default_workers  # noqa: E402
 from data.corpus import CorpusReader, record_text  # noqa: E402

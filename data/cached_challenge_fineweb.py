@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Download the challenge's pre-tokenized FineWeb shards and tokenizer from the Hugging Face hub.
 
-  python3 data/cached_challenge_fineweb.py --variant sp1024 --train-shards 80
-  python3 data/cached_challenge_fineweb.py 10            # positional count overrides --train-shards
+  tools/py data/cached_challenge_fineweb.py --variant sp1024 --train-shards 80      # 2026-03-23 record
+  MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf \
+      tools/py data/cached_challenge_fineweb.py --variant sp8192 --train-shards 128   # 2026-04-09 record
+  tools/py data/cached_challenge_fineweb.py 10            # positional count overrides --train-shards
 
 Source: dataset repo MATCHED_FINEWEB_REPO_ID (default willdepueoai/parameter-golf), under the remote
 root MATCHED_FINEWEB_REMOTE_ROOT_PREFIX (default `datasets`); HF_ENDPOINT picks another hub or mirror.
@@ -12,6 +14,12 @@ The remote root is stripped locally: `<root>/datasets/...` -> data/datasets/...,
 Manifest driven: the `datasets[]` entry named fineweb10B_<variant> gives the shard counts
 (stats.files_val, stats.files_train) and tokenizer_name; the `tokenizers[]` entry of that name lists the
 tokenizer files (model_path, vocab_path, path). Order: manifest, val shards, train shards, tokenizer.
+data/manifest.source.json records the repo and remote root data/manifest.json came from; a manifest of
+another source is fetched again (one of the default repo lacks sp8192).
+
+A dataset and its tokenizer stay paired: data/datasets/<name>/manifest.json (written last) records the
+sha256 of the downloaded .model; a dataset folder holding another dataset is refused (the bundled-sample
+build at the default path is replaced), and so is a tokenizer file that another local dataset names.
 
 Each file is fetched into the hub cache with hf_hub_download, hard-linked (or copied) to a temp name
 next to its destination, verified, and renamed into place, so a destination file is always complete.
@@ -64,7 +72,7 @@ TOKENIZER_ARTIFACT_KEYS = ("model_path", "vocab_path", "path")
 OFFLINE_HINT = (
     "Check the internet connection or proxy (HTTPS_PROXY), or set HF_ENDPOINT to a reachable hub mirror, "
     "then re-run: finished files are kept. With no internet, build shards from the bundled sample instead: "
-    "python3 data/build_shards.py --sample"
+    "tools/py data/build_shards.py --sample"
 )
 
 

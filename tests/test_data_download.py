@@ -16,9 +16,16 @@ from urllib.parse import unquote
 import numpy as np
 import pytest
 
-from test_data_fixtures import data_sample_docs, data_slice_jsonl, data_tokenizer  # noqa: F401  (fixtures)
+from test_data_fixtures import (  # noqa: F401  (fixtures)
+    DATA_SAMPLE_PATH,
+    data_sample_docs,
+    data_slice_jsonl,
+    data_tokenizer,
+    data_tokenizer_8192,
+)
 from data.build_shards import BuildConfig, build_shards
 from data.cached_challenge_fineweb import DownloadError, HubSource, download, summary_lines
+from data.manifest import expected_tokenizer_sha256
 from data.shards import list_shards, read_shard, write_shard
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,14 +34,17 @@ REPO_ID = "test-owner/parameter-golf"
 ROOT = "datasets"
 DATASET = "fineweb10B_sp1024"
 SHARDS_REMOTE = f"{ROOT}/datasets/{DATASET}"
+SP8192_REPO_ID = "test-owner/sp8192-golf"  # plays kevclark/parameter-golf: the SP8192 record's data
 
 
 class FakeHub:
-    """Serves `directory` as dataset repo REPO_ID at revision main, on 127.0.0.1 only. Records requests.
+    """Serves `directory` as dataset repo REPO_ID at revision main (and more repos added with `add_repo`), on
+    127.0.0.1 only. Records requests: (method, path) for REPO_ID, (method, "<repo>:<path>") for the others.
     If `stall` names a file, its first GET sends half the body and then waits until `release` is set."""
 
     def __init__(self, directory: Path):
         self.directory = directory
+        self.repos = {REPO_ID: directory}
         self.requests = []
         self.stall = None
         self.stalled = threading.Event()
@@ -60,11 +70,15 @@ class FakeHub:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def commit(self) -> str:
+    def add_repo(self, repo_id: str, directory: Path) -> None:
+        self.repos[repo_id] = directory
+
+    @staticmethod
+    def commit(directory: Path) -> str:
         """Like a git commit id: changes whenever any file of the repo changes (path, size, mtime)."""
         listing = sorted(
-            (str(path.relative_to(self.directory)), path.stat().st_size, path.stat().st_mtime_ns)
-            for path in self.directory.rglob("*") if path.is_file()
+            (str(path.relative_to(directory)), path.stat().st_size, path.stat().st_mtime_ns)
+            for path in directory.rglob("*") if path.is_file()
         )
         return hashlib.sha1(repr(listing).encode()).hexdigest()
 
@@ -72,21 +86,21 @@ class FakeHub:
         return [path for method, path in self.requests if method == "GET"]
 
     def respond(self, handler, send_body: bool) -> None:
-        prefix = f"/datasets/{REPO_ID}/resolve/main/"
         path = unquote(handler.path)
-        if not path.startswith(prefix):
+        repo_id, marker, relative = path.removeprefix("/datasets/").partition("/resolve/main/")
+        if not path.startswith("/datasets/") or not marker or repo_id not in self.repos:
             error = "RepoNotFound" if "/resolve/" in path else None
             return self.not_found(handler, error)
-        relative = path[len(prefix):]
-        self.requests.append((handler.command, relative))
-        file = self.directory / relative
+        directory = self.repos[repo_id]
+        self.requests.append((handler.command, relative if repo_id == REPO_ID else f"{repo_id}:{relative}"))
+        file = directory / relative
         if not file.is_file():
             return self.not_found(handler, "EntryNotFound")
         data = file.read_bytes()
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(data)))
         handler.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
-        handler.send_header("X-Repo-Commit", self.commit())
+        handler.send_header("X-Repo-Commit", self.commit(directory))
         handler.end_headers()
         if not send_body:
             return
@@ -113,20 +127,18 @@ class FakeHub:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def data_pristine_remote(tmp_path_factory, data_slice_jsonl, data_tokenizer):
-    """A remote tree in the challenge layout, built by our builder: <root>/manifest.json,
-    <root>/datasets/fineweb10B_sp1024/*.bin, <root>/tokenizers/fineweb_1024_bpe.{model,vocab}."""
-    remote = tmp_path_factory.mktemp("data_remote")
+def build_remote(remote: Path, dataset: str, tokenizer: Path, data_slice_jsonl: Path) -> Path:
+    """<remote>/<root>/{manifest.json, datasets/<dataset>/*.bin, tokenizers/<tokenizer name>.{model,vocab}}."""
     tokenizers = remote / ROOT / "tokenizers"
     tokenizers.mkdir(parents=True)
     for suffix in (".model", ".vocab"):
-        shutil.copy(data_tokenizer.with_suffix(suffix), tokenizers / f"fineweb_1024_bpe{suffix}")
-    out_dir = remote / SHARDS_REMOTE
+        shutil.copy(tokenizer.with_suffix(suffix), tokenizers / f"{tokenizer.stem}{suffix}")
+    out_dir = remote / ROOT / "datasets" / dataset
     build_shards(
         BuildConfig(
             inputs=(data_slice_jsonl,), out_dir=out_dir, tokenizer_out=tokenizers / "unused.model",
-            tokenizer=tokenizers / "fineweb_1024_bpe.model", val_docs=50, shard_size=40_000,
+            tokenizer=tokenizers / f"{tokenizer.stem}.model", vocab_size=int(dataset.rsplit("sp", 1)[1]),
+            val_docs=50, shard_size=40_000,
         ),
         log=lambda message: None,
     )
@@ -134,12 +146,29 @@ def data_pristine_remote(tmp_path_factory, data_slice_jsonl, data_tokenizer):
     return remote
 
 
+@pytest.fixture(scope="module")
+def data_pristine_remote(tmp_path_factory, data_slice_jsonl, data_tokenizer):
+    """A remote tree in the challenge layout, built by our builder: <root>/manifest.json,
+    <root>/datasets/fineweb10B_sp1024/*.bin, <root>/tokenizers/fineweb_1024_bpe.{model,vocab}."""
+    return build_remote(tmp_path_factory.mktemp("data_remote"), DATASET, data_tokenizer, data_slice_jsonl)
+
+
+@pytest.fixture(scope="module")
+def data_sp8192_remote(tmp_path_factory, data_slice_jsonl, data_tokenizer_8192):
+    """The second repo: fineweb10B_sp8192 and tokenizers/fineweb_8192_bpe.{model,vocab} only."""
+    remote = tmp_path_factory.mktemp("data_remote_8192")
+    return build_remote(remote, "fineweb10B_sp8192", data_tokenizer_8192, data_slice_jsonl)
+
+
 @pytest.fixture
-def data_hub(tmp_path, data_pristine_remote):
-    """A fresh copy of the remote (tests may damage it) served by a FakeHub."""
+def data_hub(tmp_path, data_pristine_remote, data_sp8192_remote):
+    """Fresh copies of the remotes (tests may damage them) served by a FakeHub: the sp1024 tree as REPO_ID,
+    the sp8192 tree as SP8192_REPO_ID."""
     remote = tmp_path / "remote"
     shutil.copytree(data_pristine_remote, remote)
+    shutil.copytree(data_sp8192_remote, tmp_path / "remote_8192")
     hub = FakeHub(remote)
+    hub.add_repo(SP8192_REPO_ID, tmp_path / "remote_8192")
     yield hub
     hub.close()
 
@@ -336,6 +365,104 @@ def test_wrong_repo_and_skip_manifest_errors(tmp_path, data_hub):
         download("gpt2", 1, source, tmp_path / "data", log=lambda m: None)
 
 
+# ---- a dataset and its tokenizer stay paired (issue 23.1) ------------------------------------------------
+
+
+def test_dataset_manifest_records_the_downloaded_tokenizer_sha256(tmp_path, data_hub):
+    write_remote_manifest(data_hub, minimal_manifest(data_hub))  # like the challenge's: no sha256 anywhere
+    report, messages = run_download(data_hub, tmp_path, 1)
+    dataset_dir = tmp_path / "data" / "datasets" / DATASET
+    model = tmp_path / "data" / "tokenizers" / "fineweb_1024_bpe.model"
+    sha, detail = expected_tokenizer_sha256(dataset_dir)
+    assert sha == hashlib.sha256(model.read_bytes()).hexdigest() == report.tokenizer_sha256
+    assert "fineweb_1024_bpe" in detail
+    manifest = json.loads((dataset_dir / "manifest.json").read_text())
+    assert manifest["datasets"][0]["name"] == DATASET and manifest["tokenizers"][0]["vocab_size"] == 1024
+    assert manifest["created_by"] == "data/cached_challenge_fineweb.py"
+    assert (manifest["source"]["repo_id"], manifest["source"]["remote_root"]) == (REPO_ID, ROOT)
+    assert any(f"wrote {dataset_dir / 'manifest.json'}" == m for m in messages)
+
+
+def build_locally(data_dir: Path, inputs, tokenizer=None, tokenizer_out=None, dataset=DATASET, **overrides):
+    values = dict(inputs=tuple(inputs), out_dir=data_dir / "datasets" / dataset, tokenizer=tokenizer,
+                  tokenizer_out=tokenizer_out or data_dir / "tokenizers" / "fineweb_1024_bpe.model", val_docs=50)
+    values.update(overrides)
+    return build_shards(BuildConfig(**values), log=lambda message: None)
+
+
+def test_the_bundled_sample_build_at_the_default_path_is_replaced(tmp_path, data_hub):
+    data_dir = tmp_path / "data"
+    build_locally(data_dir, [DATA_SAMPLE_PATH], val_docs=200, workers=2)  # what run.sh does first
+    sample_train = read_shard(local_shard(tmp_path, "fineweb_train_000000.bin"))
+    report, messages = run_download(data_hub, tmp_path, 1)
+    assert any(m.startswith(f"replacing the bundled-sample build in {data_dir / 'datasets' / DATASET}")
+               for m in messages)
+    # Without the replacement the sample's train shard (valid format, not in the manifest) would be kept.
+    local_train = local_shard(tmp_path, "fineweb_train_000000.bin")
+    assert_same_file(local_train, remote_shard(data_hub, "fineweb_train_000000.bin"))
+    assert read_shard(local_train).size != sample_train.size
+    assert list_shards(data_dir / "datasets" / DATASET, "train") == [local_train]
+    # The sample's tokenizer is no dataset's any more: replaced by the hub's.
+    for suffix in (".model", ".vocab"):
+        assert_same_file(data_dir / "tokenizers" / f"fineweb_1024_bpe{suffix}",
+                         data_hub.directory / ROOT / "tokenizers" / f"fineweb_1024_bpe{suffix}")
+    assert any("replacing" in m and "fineweb_1024_bpe.model" in m for m in messages)
+    assert expected_tokenizer_sha256(data_dir / "datasets" / DATASET)[0] == report.tokenizer_sha256
+
+
+def test_another_dataset_in_the_dataset_folder_is_refused(tmp_path, data_hub, data_slice_jsonl, data_tokenizer):
+    data_dir = tmp_path / "data"
+    build_locally(data_dir, [data_slice_jsonl], data_tokenizer)  # the user's own build at the challenge's path
+    before = {path: path.read_bytes() for path in (data_dir / "datasets" / DATASET).iterdir()}
+    with pytest.raises(DownloadError) as caught:
+        run_download(data_hub, tmp_path, 1)
+    message = str(caught.value)
+    assert f"{data_dir / 'datasets' / DATASET} already holds another dataset" in message
+    assert "built by data/build_shards.py from slice.jsonl" in message and "Move that folder away" in message
+    assert {path: path.read_bytes() for path in (data_dir / "datasets" / DATASET).iterdir()} == before
+    assert data_hub.gets() == [f"{ROOT}/manifest.json"]  # refused before any shard was fetched
+
+
+def test_a_present_tokenizer_of_another_dataset_is_refused_and_an_orphan_replaced(
+    tmp_path, data_hub, data_slice_jsonl, data_sample_docs
+):
+    from data.sp_tokenizer import save_tokenizer, train_tokenizer
+
+    write_remote_manifest(data_hub, minimal_manifest(data_hub))  # no sha256: compared with the hub's file
+    data_dir = tmp_path / "data"
+    model = data_dir / "tokenizers" / "fineweb_1024_bpe.model"
+    save_tokenizer(train_tokenizer(data_sample_docs[:300], 1024), model)  # not the hub's tokenizer
+    build_locally(data_dir, [data_slice_jsonl], model, dataset="mine_sp1024")  # ...and mine_sp1024 is made with it
+    with pytest.raises(DownloadError) as caught:
+        run_download(data_hub, tmp_path, 1)
+    message = str(caught.value)
+    assert f"{model} is not the tokenizer of {REPO_ID}" in message
+    assert f"it is the tokenizer of {data_dir / 'datasets' / 'mine_sp1024'}" in message
+    assert not (data_dir / "datasets" / DATASET).exists()  # refused before any shard was fetched
+
+    shutil.rmtree(data_dir / "datasets" / "mine_sp1024")  # now no dataset names it: replaced
+    report, messages = run_download(data_hub, tmp_path, 1)
+    assert_same_file(model, data_hub.directory / ROOT / "tokenizers" / "fineweb_1024_bpe.model")
+    assert_same_file(model.with_suffix(".vocab"), data_hub.directory / ROOT / "tokenizers" / "fineweb_1024_bpe.vocab")
+    assert any(m.startswith(f"replacing {model}: not the tokenizer of {REPO_ID}") for m in messages)
+
+    data_hub.requests.clear()  # a re-run keeps it: the dataset's manifest recorded its sha256
+    run_download(data_hub, tmp_path, 1)
+    assert data_hub.gets() == []
+
+
+def test_a_manifest_of_unrecorded_origin_is_fetched_again_unless_skip_manifest(tmp_path, data_hub):
+    run_download(data_hub, tmp_path, 0)
+    (tmp_path / "data" / "manifest.source.json").unlink()  # as an earlier version of the downloader left it
+    data_hub.requests.clear()
+    _, messages = run_download(data_hub, tmp_path, 0, skip_manifest=True)
+    assert data_hub.requests == []
+    assert any("where it came from was not recorded" in m for m in messages)
+    _, messages = run_download(data_hub, tmp_path, 0)
+    assert data_hub.requests == [("HEAD", f"{ROOT}/manifest.json")]  # asked again (the hub cache has its body)
+    assert any(f"came from an unrecorded repo; fetching {REPO_ID}" in m for m in messages)
+
+
 # ---- command line (subprocess: HF_ENDPOINT and the env overrides are read as a user's run reads them) ------
 
 
@@ -395,7 +522,7 @@ def test_cli_unreachable_hub_says_what_to_do(tmp_path, data_hub):
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cached_challenge_fineweb: error: ")
-    assert "HF_HUB_OFFLINE" in lines[0] and "python3 data/build_shards.py --sample" in lines[0]
+    assert "HF_HUB_OFFLINE" in lines[0] and "tools/py data/build_shards.py --sample" in lines[0]
     assert data_hub.requests == []
 
 
@@ -404,3 +531,46 @@ def test_cli_rejects_negative_shard_count(tmp_path, data_hub):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "train shards must be >= 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_sp8192_from_another_repo_after_a_manifest_of_the_default_one(tmp_path, data_hub):
+    """SPEC_0409 §0.2: a data/manifest.json of the default repo lacks sp8192; the SP8192 record's command
+    (MATCHED_FINEWEB_REPO_ID=<its repo> ... --variant sp8192 --train-shards N) must still work."""
+    first = subprocess.run(cli_args(tmp_path, "--variant", "sp1024", "--train-shards", "1"),
+                           env=cli_env(data_hub, tmp_path), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+
+    # The variant is not in the default repo: the error names the repo, its variants and where sp8192 is.
+    missing = subprocess.run(cli_args(tmp_path, "--variant", "sp8192", "--train-shards", "3"),
+                             env=cli_env(data_hub, tmp_path), capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert f"(from {REPO_ID} (remote root 'datasets')) has no dataset fineweb10B_sp8192" in missing.stderr
+    assert "its variants: sp1024." in missing.stderr
+    assert "MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf" in missing.stderr
+
+    env = cli_env(data_hub, tmp_path, MATCHED_FINEWEB_REPO_ID=SP8192_REPO_ID)
+    result = subprocess.run(cli_args(tmp_path, "--variant", "sp8192", "--train-shards", "3"), env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"came from {REPO_ID} (remote root 'datasets'); fetching {SP8192_REPO_ID}" in result.stdout
+    remote = tmp_path / "remote_8192" / ROOT
+    data_dir = tmp_path / "data"
+    dataset_dir = data_dir / "datasets" / "fineweb10B_sp8192"
+    for name in ["fineweb_val_000000.bin"] + [f"fineweb_train_{i:06d}.bin" for i in range(3)]:
+        assert_same_file(dataset_dir / name, remote / "datasets" / "fineweb10B_sp8192" / name)
+    model = data_dir / "tokenizers" / "fineweb_8192_bpe.model"
+    assert_same_file(model, remote / "tokenizers" / "fineweb_8192_bpe.model")
+    assert expected_tokenizer_sha256(dataset_dir)[0] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert f"train with DATA_PATH={dataset_dir} TOKENIZER_PATH={model}" in result.stdout
+    assert json.loads((data_dir / "manifest.source.json").read_text())["repo_id"] == SP8192_REPO_ID
+    # The sp1024 download from the first repo is untouched and still paired with its tokenizer.
+    sp1024 = data_dir / "datasets" / DATASET
+    assert expected_tokenizer_sha256(sp1024)[0] == hashlib.sha256(
+        (data_dir / "tokenizers" / "fineweb_1024_bpe.model").read_bytes()).hexdigest()
+
+    # --skip-manifest with a manifest of another repo than the one asked for is refused, naming both.
+    skip = subprocess.run(cli_args(tmp_path, "--variant", "sp1024", "--train-shards", "1", "--skip-manifest"),
+                          env=cli_env(data_hub, tmp_path), capture_output=True, text=True, timeout=120)
+    assert skip.returncode == 1 and "Traceback" not in skip.stderr
+    assert f"came from {SP8192_REPO_ID}" in skip.stderr and f"now name {REPO_ID}" in skip.stderr
+    assert "run without --skip-manifest" in skip.stderr

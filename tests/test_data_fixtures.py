@@ -67,3 +67,30 @@ def data_tokenizer(tmp_path_factory, data_sample_docs):
         return path
 
     return _memoized("tokenizer", train)
+
+
+@pytest.fixture(scope="session")
+def data_tokenizer_8192(tmp_path_factory, data_sample_docs):
+    """A SPEC-settings tokenizer with the 2026-04-09 record's vocab (8192), trained once on the sample slice."""
+
+    def train():
+        from data.sp_tokenizer import save_tokenizer, train_tokenizer
+
+        path = tmp_path_factory.mktemp("data_tokenizer_8192") / "fineweb_8192_bpe.model"
+        save_tokenizer(train_tokenizer(data_sample_docs, 8192), path)
+        return path
+
+    return _memoized("tokenizer_8192", train)
+
+
+def data_isolated_repo(root: Path) -> Path:
+    """A copy of the repository's data/ code (and a link to the bundled sample) under `root`, so a test can run
+    the real command line, whose default paths are data/datasets/ and data/tokenizers/ beside the scripts,
+    without touching the repository's own data folders. Returns the copy's root."""
+    import shutil
+
+    (root / "data" / "sample").mkdir(parents=True)
+    for source in (REPO_ROOT / "data").glob("*.py"):
+        shutil.copy(source, root / "data" / source.name)
+    (root / "data" / "sample" / DATA_SAMPLE_PATH.name).symlink_to(DATA_SAMPLE_PATH)
+    return root
