@@ -382,14 +382,20 @@ def check_replacements(config: BuildConfig, tokenizer: Tokenizer, log) -> None:
                 )
             log(f"warning: --overwrite: replacing {tokenizer.path} (sha256 {old_sha256[:12]}...{owner}); "
                 "a dataset made with the old tokenizer no longer matches it")
-    if not _shards_in(config.out_dir):
-        return
+    shards = _shards_in(config.out_dir)
     expected, detail = expected_tokenizer_sha256(config.out_dir)
-    if expected is not None and expected != new_sha256 and not config.overwrite:
+    if not shards or expected == new_sha256:
+        return
+    if expected is None:
+        made_with = f"an unknown tokenizer ({detail})"
+    else:
+        made_with = f"another tokenizer ({detail}, sha256 {expected[:12]}...; this build's is {new_sha256[:12]}...)"
+    if not config.overwrite:
         raise BuildError(
-            f"{config.out_dir} holds a dataset made with another tokenizer ({detail}, sha256 {expected[:12]}...; "
-            f"this build's is {new_sha256[:12]}...); choose another --out-dir, or pass --overwrite to replace it"
+            f"{config.out_dir} holds a dataset made with {made_with}; choose another --out-dir, "
+            "or pass --overwrite to replace it"
         )
+    log(f"warning: --overwrite: replacing the {len(shards)} shard(s) in {config.out_dir}, made with {made_with}")
 
 
 def publish(staging: Path, out_dir: Path, writer: ShardWriter) -> None:

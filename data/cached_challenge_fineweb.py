@@ -420,39 +420,44 @@ class Downloader:
         self.log(f"manifest: fetched {self.source.remote_path(MANIFEST_NAME)} from {self.source.describe()}")
         return path, self.source.describe()
 
-    def prepare_dataset_dir(self, dataset_dir: Path) -> None:
-        """Never mix two datasets' files in one folder. A dataset dir that holds another dataset (another repo's
-        download, or a build_shards.py build) is refused, except the bundled-sample build, which only stands in
-        for the challenge's data at the trainer's default path and is rebuilt in seconds: its shards and
-        manifest are removed (its tokenizer is then checked like any other present tokenizer file)."""
+    def holds_sample_build(self, dataset_dir: Path) -> bool:
+        """Never mix two datasets' files in one folder: a dataset dir that holds another dataset (another
+        repo's download, or a build_shards.py build) is refused. True for the one exception, the
+        bundled-sample build, which only stands in for the challenge's data at the trainer's default path
+        and is rebuilt in seconds (remove_sample_build)."""
         local = _read_json(dataset_dir / MANIFEST_NAME)
         if local is None:
-            return  # nothing there, or files of an earlier download that wrote no manifest: verified one by one
+            return False  # nothing there, or files of an earlier download that wrote no manifest: verified one by one
         if local.get("created_by") == DOWNLOADER_NAME and _origin_of(local.get("source")) == self.source.origin():
-            return
+            return False
         if _is_bundled_sample_build(local):
-            shards = list_shards(dataset_dir, "val") + list_shards(dataset_dir, "train")
-            self.log(f"replacing the bundled-sample build in {dataset_dir} ({len(shards)} shards; "
-                     "rebuild it elsewhere with: tools/py data/build_shards.py --out-dir DIR)")
-            (dataset_dir / MANIFEST_NAME).unlink()
-            for shard in shards:
-                shard.unlink()
-            return
+            return True
         if local.get("created_by") == DOWNLOADER_NAME:
             what = f"downloaded from {describe_origin(_origin_of(local.get('source')))}"
         else:
-            sources = ", ".join(str(s.get("name")) for s in local.get("datasets", [{}])[0].get("sources") or []
-                                if isinstance(s, dict))
-            what = f"built by {local.get('created_by', 'an unknown tool')}" + (f" from {sources}" if sources else "")
+            names = [str(source.get("name")) for source in _first_dataset(local).get("sources") or []
+                     if isinstance(source, dict)]
+            what = f"built by {local.get('created_by', 'an unknown tool')}"
+            if names:
+                what += f" from {', '.join(names)}"
         raise DownloadError(
             f"{dataset_dir} already holds another dataset ({what}); downloading {self.source.describe()}'s "
             "files into it would mix the two. Move that folder away (or delete it), then re-run"
         )
 
-    def check_present_tokenizer(self, planned: PlannedFile, dataset_dir: Path, companions) -> None:
+    def remove_sample_build(self, dataset_dir: Path) -> None:
+        shards = list_shards(dataset_dir, "val") + list_shards(dataset_dir, "train")
+        self.log(f"replacing the bundled-sample build in {dataset_dir} ({len(shards)} shards; "
+                 "rebuild it elsewhere with: tools/py data/build_shards.py --out-dir DIR)")
+        (dataset_dir / MANIFEST_NAME).unlink()
+        for shard in shards:
+            shard.unlink()
+
+    def check_present_tokenizer(self, planned: PlannedFile, dataset_dir: Path, companions, replacing=None) -> None:
         """A tokenizer .model already in data/tokenizers/ must be this source's (same bytes), or the shards
-        would be scored with another tokenizer. One that another local dataset names is refused; one no
-        dataset names is removed with its `companions` (e.g. the .vocab), to be downloaded again."""
+        would be scored with another tokenizer. One that a local dataset (other than `replacing`, a dataset
+        about to be removed) names is refused; one no dataset names is removed with its `companions` (e.g.
+        the .vocab), to be downloaded again."""
         destination = local_path(self.data_dir, planned.relative)
         if not destination.is_file():
             return
@@ -462,7 +467,7 @@ class Downloader:
         local = sha256_file(destination)
         if local == expected:
             return
-        owners = datasets_using_tokenizer(local, self.data_dir / "datasets")
+        owners = [d for d in datasets_using_tokenizer(local, self.data_dir / "datasets") if d != replacing]
         if owners:
             raise DownloadError(
                 f"{destination} is not the tokenizer of {self.source.describe()} (sha256 {local[:12]}..., expected "
@@ -523,12 +528,16 @@ def _read_json(path: Path):
     return value
 
 
+def _first_dataset(manifest: dict) -> dict:
+    datasets = manifest.get("datasets")
+    return datasets[0] if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict) else {}
+
+
 def _is_bundled_sample_build(local: dict) -> bool:
     """A dataset manifest written by build_shards.py from data/sample/tiny.jsonl.xz and nothing else."""
-    datasets = local.get("datasets")
-    if local.get("created_by") != BUILDER_NAME or not isinstance(datasets, list) or not datasets:
+    if local.get("created_by") != BUILDER_NAME:
         return False
-    sources = datasets[0].get("sources") if isinstance(datasets[0], dict) else None
+    sources = _first_dataset(local).get("sources")
     if not isinstance(sources, list) or len(sources) != 1 or not isinstance(sources[0], dict):
         return False
     return (
@@ -592,11 +601,14 @@ def download(
     plan = plan_downloads(entry, tokenizer_entry, manifest_path, train_shards, with_docs)
     dataset_dir = local_path(data_dir, f"datasets/{dataset_name}")
     tokenizer_files = [p for p in plan if p.kind != "shard" and p.relative not in DOCS_FILES]
-    downloader.prepare_dataset_dir(dataset_dir)
+    # Every refusal comes before anything local is changed.
+    sample_build = downloader.holds_sample_build(dataset_dir)
     for planned in tokenizer_files:
         if planned.kind == "tokenizer_model":
             companions = [local_path(data_dir, p.relative) for p in tokenizer_files if p is not planned]
-            downloader.check_present_tokenizer(planned, dataset_dir, companions)
+            downloader.check_present_tokenizer(planned, dataset_dir, companions, dataset_dir if sample_build else None)
+    if sample_build:
+        downloader.remove_sample_build(dataset_dir)
     tokens = {"val": 0, "train": 0}
     shard_counts = {"val": 0, "train": 0}
     with_counts = 0

@@ -390,10 +390,21 @@ def build_locally(data_dir: Path, inputs, tokenizer=None, tokenizer_out=None, da
     return build_shards(BuildConfig(**values), log=lambda message: None)
 
 
-def test_the_bundled_sample_build_at_the_default_path_is_replaced(tmp_path, data_hub):
+def test_the_bundled_sample_build_at_the_default_path_is_replaced(tmp_path, data_hub, data_slice_jsonl):
     data_dir = tmp_path / "data"
     build_locally(data_dir, [DATA_SAMPLE_PATH], val_docs=200, workers=2)  # what run.sh does first
+    sample_dir = data_dir / "datasets" / DATASET
+    sample_files = {path.name: path.read_bytes() for path in sample_dir.iterdir()}
     sample_train = read_shard(local_shard(tmp_path, "fineweb_train_000000.bin"))
+
+    # While another dataset uses the sample's tokenizer, the download is refused and changes nothing.
+    sample_model = data_dir / "tokenizers" / "fineweb_1024_bpe.model"
+    build_locally(data_dir, [data_slice_jsonl], sample_model, dataset="mine_sp1024")
+    with pytest.raises(DownloadError, match=f"it is the tokenizer of {data_dir / 'datasets' / 'mine_sp1024'}"):
+        run_download(data_hub, tmp_path, 1)
+    assert {path.name: path.read_bytes() for path in sample_dir.iterdir()} == sample_files
+    shutil.rmtree(data_dir / "datasets" / "mine_sp1024")
+
     report, messages = run_download(data_hub, tmp_path, 1)
     assert any(m.startswith(f"replacing the bundled-sample build in {data_dir / 'datasets' / DATASET}")
                for m in messages)

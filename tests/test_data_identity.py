@@ -79,14 +79,16 @@ def test_own_text_built_as_the_readme_shows_leaves_the_default_tokenizer_alone(t
     default_dataset = root / "data" / "datasets" / "fineweb10B_sp1024"
     before = (sha256(default_model), folder_hashes(default_dataset))
 
-    # The README's own-text command, exactly as written; its inputs (1,200 documents, more than its
-    # --val-docs 1000) made from the sample's text.
+    # The README's own-text command, exactly as written. Its inputs are made from the sample's text: 300
+    # JSONL documents, then plain text whose paragraphs are the lines of 200 more (over 1,000 documents in
+    # all, so its --val-docs 1000 leaves a train split).
     command = readme_command(r"build_shards\.py a\.jsonl\.xz b\.txt\.gz")
     texts = sample_texts()
     with lzma.open(root / "a.jsonl.xz", "wt", encoding="utf-8", preset=0) as handle:
-        handle.writelines(json.dumps({"text": text}) + "\n" for text in texts[:1000])
-    paragraphs = [" ".join(text.split()) for text in texts[1000:1200]]
-    (root / "b.txt.gz").write_bytes(gzip.compress("\n\n".join(paragraphs).encode("utf-8")))
+        handle.writelines(json.dumps({"text": text}) + "\n" for text in texts[:300])
+    lines = [line.strip() for text in texts[300:500] for line in text.split("\n") if line.strip()]
+    assert 300 + len(lines) > 1000
+    (root / "b.txt.gz").write_bytes(gzip.compress("\n\n".join(lines).encode("utf-8")))
     own = subprocess.run([sys.executable, *command[1:], "--no-progress"], cwd=root, capture_output=True,
                          text=True, timeout=300)
     assert own.returncode == 0, own.stderr
@@ -166,8 +168,10 @@ def test_shards_of_another_or_an_unknown_tokenizer_are_replaced_only_with_overwr
         build([data_slice_jsonl], out_dir)  # refused before the tokenizer is trained
     assert "--overwrite" in str(caught.value) and not (out_dir.parent / "mine.model").exists()
 
-    manifest, _ = build([data_slice_jsonl], out_dir, other, overwrite=True)
+    manifest, messages = build([data_slice_jsonl], out_dir, other, overwrite=True)
     assert manifest["tokenizers"][0]["sha256"] == sha256(other) == expected_tokenizer_sha256(out_dir)[0]
+    assert any(m.startswith(f"warning: --overwrite: replacing the 2 shard(s) in {out_dir}, made with an unknown")
+               for m in messages)
 
 
 def test_expected_tokenizer_sha256_names_the_reason_when_unknown(tmp_path, data_slice_jsonl, data_tokenizer):
