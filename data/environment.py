@@ -20,11 +20,16 @@ def require_modules(tool: str, script: str, modules) -> None:
     if not missing:
         return
     names = ", ".join(module for module, _ in missing)
-    reasons = "; ".join(f"{module}: {error}" for module, error in missing)
+    # An installed module that fails to import (a broken or mismatched install) says why; an absent one need not.
+    details = "; ".join(
+        f"{module}: {error}" for module, error in missing
+        if not (isinstance(error, ModuleNotFoundError) and error.name == module)
+    )
+    why = f" ({details})" if details else ""
     print(
-        f"{tool}: error: this Python ({sys.executable}) cannot import {names} ({reasons}). Run the tool in the "
-        f"quick start's environment: tools/py {script} ... (./run.sh or ./test.sh sets it up), "
-        f"or install the requirements: {sys.executable} -m pip install -r requirements.txt",
+        f"{tool}: error: this Python ({sys.executable}) cannot import {names}{why}. Run the tool in the quick "
+        f"start's environment: tools/py {script} ... (./run.sh or ./test.sh sets it up), or install the "
+        f"requirements: {sys.executable} -m pip install -r requirements.txt",
         file=sys.stderr,
     )
     sys.exit(1)

@@ -239,20 +239,24 @@ def test_too_little_text_for_vocab_8192_is_a_named_error(tmp_path, data_sample_d
 # ---- a Python without the tools' modules (issue 23.4) ------------------------------------------------------
 
 
+ABSENT = "raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+BROKEN = "raise ImportError('numpy.core.multiarray failed to import')\n"
+
+
 @pytest.mark.parametrize(
-    "script, module",
+    "script, module, stub",
     [
-        ("data/build_shards.py", "numpy"),
-        ("data/build_shards.py", "sentencepiece"),
-        ("data/cached_challenge_fineweb.py", "huggingface_hub"),
-        ("data/cached_challenge_fineweb.py", "numpy"),
-        ("bench/shard_build.py", "sentencepiece"),
+        ("data/build_shards.py", "numpy", ABSENT),
+        ("data/build_shards.py", "sentencepiece", ABSENT),
+        ("data/build_shards.py", "numpy", BROKEN),
+        ("data/cached_challenge_fineweb.py", "huggingface_hub", ABSENT),
+        ("data/cached_challenge_fineweb.py", "numpy", ABSENT),
+        ("bench/shard_build.py", "sentencepiece", ABSENT),
     ],
 )
-def test_a_missing_module_is_one_line_naming_it_and_the_quick_start_environment(tmp_path, script, module):
-    # A module on PYTHONPATH that fails to import exactly as an absent one does.
-    stub = f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
-    (tmp_path / f"{module}.py").write_text(stub)
+def test_a_missing_module_is_one_line_naming_it_and_the_quick_start_environment(tmp_path, script, module, stub):
+    # A module on PYTHONPATH that fails to import as an absent one does (ABSENT) or a broken install (BROKEN).
+    (tmp_path / f"{module}.py").write_text(stub.format(module=module))
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / script), "--help"], cwd=tmp_path, capture_output=True, text=True,
         timeout=120, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
@@ -261,4 +265,5 @@ def test_a_missing_module_is_one_line_naming_it_and_the_quick_start_environment(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert f"cannot import {module}" in lines[0] and f"tools/py {script}" in lines[0]
+    assert ("failed to import" in lines[0]) == (stub == BROKEN)  # why a present module fails, not an absent one
     assert "pip install -r requirements.txt" in lines[0]
