@@ -1,9 +1,7 @@
-"""Parameter-golf GPT trainer, the counted code of a submission. Reproduces record 2026-03-23 "LeakyReLU^2 + Legal
-Score-First TTT + Parallel Muon" (README: what differs). Launch: `torchrun --standalone --nproc_per_node=8
-train_gpt.py`. Every setting is the env var named after a `Hyperparameters` field (upper-cased); the defaults ARE the
-record's run. Without CUDA the same code runs on the CPU (fp32, gloo, no compile), so tiny configs and the tests
-exercise the real paths. Sections: 1 config, 2 distributed + logging, 3 data, 4 model (PyTorch), 5 fused Triton ops
-and the kernel choice, 6 optimizers, 7 weight averaging, 8 evaluation, 9 artifact, 10 training loop, 11 main."""
+"""Parameter-golf GPT trainer, the counted code of a submission: reproduces record 2026-03-23 "LeakyReLU^2 + Legal
+Score-First TTT + Parallel Muon" (README: what differs). Run `torchrun --standalone --nproc_per_node=8 train_gpt.py`;
+every setting is the env var named after a `Hyperparameters` field and the defaults ARE the record's run. Without
+CUDA the same code runs on the CPU (fp32, gloo, no compile), so tiny configs and the tests exercise the real paths."""
 import atexit
 import contextlib
 import copy
@@ -163,12 +161,7 @@ class Hyperparameters:
         return h
 
     def validate(self) -> None:
-        errors = self.config_errors()
-        if errors:
-            raise ConfigError(errors)
-
-    def config_errors(self) -> List[str]:
-        """Every cross-field problem: one table of (failed, message) rows, then the lower bounds."""
+        """Raises one ConfigError listing every cross-field problem: a table of (failed, message) rows, then bounds."""
         heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
         head_dim, divisible = self.model_dim // heads, self.model_dim % heads == 0
         try:
@@ -192,12 +185,6 @@ class Hyperparameters:
             (not 0.0 < self.ema_decay < 1.0, "EMA_DECAY=%s must be in (0, 1)" % self.ema_decay),
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
-            (self.attn_backend not in ATTENTION_BACKENDS,
-             "ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS))),
-            (self.qk_kernel not in KERNEL_CHOICES,
-             "QK_KERNEL=%r: expected one of %s" % (self.qk_kernel, ", ".join(KERNEL_CHOICES))),
-            (self.mlp_kernel not in KERNEL_CHOICES,
-             "MLP_KERNEL=%r: expected one of %s" % (self.mlp_kernel, ", ".join(KERNEL_CHOICES))),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
             (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every),
             (self.val_bytecount_device not in BYTECOUNT_DEVICES, "VAL_BYTECOUNT_DEVICE=%r must be one of %s"
@@ -214,12 +201,17 @@ class Hyperparameters:
             (patterns and any(not part.strip() for part in patterns.split(",")),
              "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns)]
         errors = [message for failed, message in rows if failed]
+        choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES))
+        errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
+                   for name, allowed in choices if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
             "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
             "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
-        return errors + ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
+        errors += ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
             "train_prefetch_queue", "val_prefetch_queue", "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs",
             "ttt_epochs") if getattr(self, name) < 1]
+        if errors:
+            raise ConfigError(errors)
 
     def validate_for_world(self, world_size: int) -> None:
         """Checks that depend on the launch (world size) as well as the config; all problems at once."""
@@ -330,11 +322,9 @@ def init_distributed(environ) -> DistInfo:
                                 device_id=device if device.type == "cuda" else None)
     return DistInfo(rank, world_size, device)
 
-_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
-
 def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
     if dist_info.distributed:
-        dist.all_reduce(tensor, op=_REDUCE_OPS[op])
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op.upper()))
     return tensor
 
 def barrier(dist_info: DistInfo) -> None:
@@ -406,7 +396,7 @@ class ShardFormatError(ValueError):
     """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
 
 def _read_shard_header(path: str, file) -> int:
-    """Check the header and the file size of an open shard; return its token count N."""
+    """The token count N of an open shard, after checking its header and its size."""
     size = os.fstat(file.fileno()).st_size
     header = file.read(SHARD_HEADER_BYTES)
     if len(header) != SHARD_HEADER_BYTES:
@@ -480,9 +470,8 @@ class TokenStream:
             done += step
 
 def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of one rank as CPU int64 (x, y), each (rows, seq_len). Only this rank's span is copied
-    (the record materialised all world_size spans); x and y are views of one span buffer, so each token is widened
-    and written once."""
+    """SPEC §3 micro-batches of one rank, CPU int64 (x, y) of (rows, seq_len): only this rank's span is copied, and x
+    and y are views of one buffer, so each token is widened and written once."""
     stream = TokenStream(paths)
     before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
     shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
@@ -494,10 +483,9 @@ def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_
         yield span[:-1].view(shape), span[1:].view(shape)
 
 class BackgroundIterator:
-    """Runs `source` in a daemon thread with at most `depth` items ready. Strict FIFO, and a source exception reaches
-    the consumer unchanged right after the items made before it. Every blocking call polls (50 ms) a stop event or
-    the thread's liveness, so neither side can hang on the other. close() stops and joins the thread; it is
-    registered with atexit until it runs, since a daemon thread still inside torch at interpreter exit aborts."""
+    """`source` run in a daemon thread, at most `depth` items ahead; strict FIFO, a source exception reaches the
+    consumer right after the items made before it. Blocking calls poll (50 ms) a stop event or the thread's liveness,
+    so neither side can hang; close() (also at exit: a daemon thread inside torch then aborts) stops and joins it."""
     _POLL_SECONDS = 0.05
     _JOIN_SECONDS = 10.0
 
@@ -562,12 +550,10 @@ class BackgroundIterator:
         self._thread.join(timeout=self._JOIN_SECONDS)
 
 class DeviceBatchFeed:
-    """Hands out the CPU tensor tuples of `source` on `device`, one batch ahead (so an error building batch i+1 is
-    raised when batch i is asked for). CUDA with a copy stream: batch i+1's H2D is issued on the side stream when
-    batch i is handed out, the compute stream waits on batch i's event, and record_stream() keeps the allocator
-    from reusing the memory before compute is done with it. Without one, the non-blocking copy runs on the compute
-    stream; on CPU the host tensors are handed out. Data wait: host seconds blocked in the source and, on CUDA, a
-    pair of events around each batch's wait or copies (read later with events_elapsed_ms())."""
+    """The CPU tensor tuples of `source` on `device`, one batch ahead (an error building batch i+1 is raised when
+    batch i is asked for). With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute
+    waits on batch i's event, and record_stream() keeps the allocator from reusing the memory too early. Data wait:
+    host time blocked in the source plus, on CUDA, events around each batch's wait or copy (events_elapsed_ms)."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
         self._source, self._device, self._pending, self._closed = source, device, None, False
@@ -575,7 +561,6 @@ class DeviceBatchFeed:
         self._host_wait_seconds, self._event_pairs = 0.0, []
 
     def _issue(self, host: tuple) -> tuple:
-        """-> (host, device tensors, ready event); both None unless the copies went out on the copy stream."""
         if self._copy_stream is None:
             return host, None, None
         with torch.cuda.stream(self._copy_stream):
@@ -621,11 +606,9 @@ class DeviceBatchFeed:
         return current[0], self._claim(*current)
 
     def next_batch(self) -> tuple:
-        """The next (x, y) on the device (int64, (rows, seq_len) for training)."""
         return self.next_with_host()[1]
 
     def __iter__(self) -> Iterator[tuple]:
-        """(host tensors, device tensors) per batch until the source is exhausted."""
         while True:
             try:
                 yield self.next_with_host()
@@ -639,7 +622,7 @@ class DeviceBatchFeed:
         return host_ms, pairs
 
     def close(self) -> None:
-        """Stop the producer (if any) and drop in-flight batches. Idempotent."""
+        """Stops the producer (if any) and drops in-flight batches; idempotent."""
         self._closed, self._pending = True, None
         self._source.close()
 
@@ -650,7 +633,7 @@ class DeviceBatchFeed:
         self.close()
 
 def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
-    """Sum of elapsed_time over (before, after) pairs; waits for the events, so call it at logging time."""
+    """Sum of elapsed_time over (before, after) event pairs; waits for them, so call it at logging time."""
     total = 0.0
     for before, after in event_pairs:
         after.synchronize()
@@ -658,8 +641,7 @@ def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
     return total
 
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A fresh loader from the start of the stream. To rewind (after the warm-up), close() the old loader BEFORE
-    building the new one, so no producer runs ahead in the background."""
+    """A fresh loader from the start of the stream; to rewind, close() the old one first (no producer runs ahead)."""
     layout = micro_batch_layout(h, dist_info)
     cuda = dist_info.device.type == "cuda"
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
@@ -674,8 +656,8 @@ def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
     return DeviceBatchFeed(batches, dist_info.device, copy_stream)
 
 def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBatchFeed:
-    """One eval pass as a feed of ((x_cpu, y_cpu), (x, y)), one per spec: batch i+1 is built (VAL_PREFETCH, in a
-    thread) and copied (VAL_COPY_STREAM) while batch i is evaluated. `build(spec)` -> this rank's (x, y) arrays."""
+    """One eval pass: ((x_cpu, y_cpu), (x, y)) per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM)
+    while batch i is evaluated; build(spec) -> this rank's (x, y) arrays."""
     pin_memory = dist_info.device.type == "cuda" and h.val_prefetch
 
     def host_pair(spec) -> tuple:  # contiguous CPU tensors (NumPy arrays are wrapped, not copied)
