@@ -677,9 +677,8 @@ LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 class GPT(nn.Module):
-    """The record's 11-layer U-Net GPT. Every attention/MLP matrix lives in one of four banks (one Muon update per
-    bank): qo_bank (2n, d, d) = [W_q of layers 0..n-1, W_o of layers 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...];
-    mlp_up_bank (n, F, d); mlp_down_bank (n, d, F)."""
+    """U-Net GPT whose attention/MLP matrices live in four banks (one Muon update each): qo_bank (2n, d, d) = [W_q
+    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F)."""
 
     def __init__(self, h: Hyperparameters):
         super().__init__()
@@ -889,8 +888,8 @@ class ValueEmbedding(nn.Module):
         return self.scale * self.proj(self.embed(ids))
 
 class CastedLinear(nn.Linear):
-    """fp32 weight cast to the activation dtype. In training `qat_active` blends in the fake-quantized weight with
-    a straight-through gradient; it is a 0/1 tensor so that late QAT does not recompile the model."""
+    """fp32 weight cast to the activation dtype; in training a 0/1 `qat_active` tensor (not a Python flag: no
+    recompile when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
@@ -912,8 +911,8 @@ def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, ...]:
-    """cos_full, sin_full (T, head_dim) and the pair-swap index for apply_partial_rotary. Angles in fp32 with the
-    record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), then cast to `dtype`."""
+    """cos_full, sin_full (T, head_dim) and the pair-swap index; fp32 angles (NTK-rescaled past
+    ROPE_TRAIN_SEQ_LEN, SPEC §4) cast to `dtype`."""
     if seq_len > ROPE_TRAIN_SEQ_LEN:
         base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
     half = rope_dims // 2
@@ -1301,8 +1300,7 @@ def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor) -> tuple
     return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None, None)
 
 def fused_qkv_heads_op() -> Callable:
-    """torch.ops.pgolf.qkv_heads: qkv_heads() (less the swap index) as one op; differentiable in qkv, value_embed
-    and gain. Three kernels per direction (q, k, v), none of them touching a tensor twice."""
+    """torch.ops.pgolf.qkv_heads: qkv_heads() (less the swap index), differentiable in qkv, value_embed and gain."""
     return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
                               _qkv_setup_context, _qkv_grad)
 
@@ -1406,8 +1404,8 @@ def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
     return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
 
 def fused_mlp_op() -> Callable:
-    """x (..., d), w_up (F, d), w_down (d, F) -> leaky_relu_sq_mlp() through torch.ops.pgolf.mlp (which also returns
-    the hidden layers it saves, written only under autograd); differentiable in all three."""
+    """leaky_relu_sq_mlp() through torch.ops.pgolf.mlp (which also returns the hidden layers it saves for backward,
+    written only under autograd); differentiable in x, w_up and w_down."""
     op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
 
     def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
@@ -1415,9 +1413,8 @@ def fused_mlp_op() -> Callable:
     return mlp
 
 def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
-    """The start-up choice, made once: {"attention": (ATTN_BACKEND's backend, reason), "qk": (QK_KERNEL's, reason),
-    "mlp": (MLP_KERNEL's, reason)}. On CUDA a candidate is used only if its probe passes (a forward and backward;
-    the fused ops against their PyTorch form); a forced choice that cannot run is an error, not a fallback."""
+    """The one start-up choice: {"attention"|"qk"|"mlp": (choice, reason)} for ATTN_BACKEND, QK_KERNEL, MLP_KERNEL.
+    A candidate is used only if its probe (forward + backward) passes; a forced one that cannot run is an error."""
     head_dim, device = h.model_dim // h.num_heads, dist_info.device
     return {"attention": select_attention_backend(h, dist_info),
             "qk": select_kernel("QK_KERNEL", h.qk_kernel, lambda: _probe_qk_kernel(head_dim, h.rope_dims, device),
@@ -1556,13 +1553,11 @@ def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
     return x.mT if transposed else x
 
 class ParallelMuon(torch.optim.Optimizer):
-    """Muon on the parameter banks with the record's communication overlap (SPEC §5), no DDP. After backward (and
-    clipping) `launch_reduce_scatter()` copies each bank's grad into a zero-padded buffer (rows padded to a multiple
-    of the world size) and starts an async reduce-scatter (AVG), largest bank first; meanwhile the caller all-reduces
-    the small replicated grads and steps Adam. Then `step()`, per bank: wait for its shard, apply Nesterov momentum
-    and NS5 to this rank's rows only, start an async all-gather of the update, and apply the previous bank's
-    gathered update while this one is in flight. Momentum lives in this rank's shard, so banks stay bit-identical
-    across ranks. World size 1 runs the same code with the collectives skipped."""
+    """Muon on the banks with the record's communication overlap (SPEC §5), no DDP. launch_reduce_scatter(): each
+    bank's grad into a zero-padded buffer (rows a multiple of the world size), async reduce-scatter (AVG), largest
+    bank first; meanwhile the caller all-reduces the small grads and steps Adam. step(), per bank: wait for its shard,
+    Nesterov momentum and NS5 on this rank's rows, async all-gather of the update, and apply the previous bank's
+    update while this one is in flight. Momentum lives in the shard; banks stay bit-identical across ranks."""
 
     def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
                  weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype):
@@ -1682,13 +1677,6 @@ class Optimizers:
         for optimizer in self.all:
             optimizer.zero_grad(set_to_none=True)
 
-    def state_dicts(self) -> List[dict]:
-        return [copy.deepcopy(optimizer.state_dict()) for optimizer in self.all]
-
-    def load_state_dicts(self, states: List[dict]) -> None:
-        for optimizer, state in zip(self.all, states):
-            optimizer.load_state_dict(state)
-
 def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
     """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
     if h.warmdown_iters <= 0:
@@ -1706,8 +1694,8 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
-    """fp32 EMA of the state_dict after every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY
-    steps once the LR scale is below 0.2; apply_weight_average() applies them at the end."""
+    """fp32 EMA of the state_dict every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY steps
+    once the LR scale is below 0.2."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
@@ -1923,8 +1911,7 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_st
 
 def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
                         stride: int) -> tuple:
-    """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split by rank in contiguous
-    ranges."""
+    """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split contiguously by rank."""
     starts = sliding_window_starts(tokens.numel() - 1, h.effective_eval_seq_len, stride)
     begin, end = rank_range(starts.numel(), dist_info)
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
@@ -2244,7 +2231,7 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
-    optimizer_states = optimizers.state_dicts()
+    optimizer_states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers.all]
     loader = make_loader()
     try:
         for k in range(1, h.warmup_steps + 1):
@@ -2257,15 +2244,15 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     finally:
         loader.close()
     base_model.load_state_dict(model_state)
-    optimizers.load_state_dicts(optimizer_states)
+    for optimizer, state in zip(optimizers.all, optimizer_states):
+        optimizer.load_state_dict(state)
     optimizers.zero_grad()
 
 class TrainTelemetry:
-    """Data wait (always: host time blocked on the loader + device time the compute stream waited for its
-    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps. Phases are
-    marked by events on the compute stream (host clocks on the CPU) and nothing synchronises until a line is
-    due, so prefetch and copy overlap stay on while measuring. A phase runs from the previous mark to its own,
-    idle waiting included: `batch` is what the compute stream actually spent waiting for / copying its data."""
+    """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and,
+    with TRAINING_TIMING_BREAKDOWN, per-phase times from events on the compute stream (host clocks on CPU): a phase
+    runs from the previous mark to its own, idle waiting included, and nothing syncs until a line is due, so the
+    prefetch and copy overlap stay on while measuring."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
         self.h, self.dist_info, self.logger = h, dist_info, logger
@@ -2402,10 +2389,9 @@ def load_tokenizer(h: Hyperparameters):
 
 def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: ValidationData, code_bytes: int,
                          make_model: Callable, output_dir: str = ".") -> dict:
-    """SPEC §9 lines 19-24: average -> post-average eval -> artifact + bytes -> round-trip eval of the reloaded
-    artifact -> sliding eval -> legal TTT. Every score after the artifact is of the round-tripped model. `model` is
-    the uncompiled trained model; make_model() builds a fresh one (dtype recipe, kernels). All evals run through
-    one compiled scoring forward: a new model instance of the same recipe reuses the compiled code."""
+    """SPEC §9 lines 19-24: average, post-average eval, artifact + bytes, then evals of the reloaded artifact (round
+    trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one. All evals
+    share one compiled scoring forward (a new model instance of the same recipe reuses the compiled code)."""
     tokens = device_tokens(val, dist_info.device)
 
     def plain(eval_model: nn.Module, hidden_forward: Callable) -> Tuple[float, float]:
