@@ -1,17 +1,10 @@
-"""Parameter-golf GPT trainer: one self-contained file, the counted code of a submission. Reproduces record
-2026-03-23 "LeakyReLU^2 + Legal Score-First TTT + Parallel Muon" (README: what differs): an 11-layer GPT
-(d=512, GQA 8/4, partial RoPE, XSA, BigramHash, SmearGate, value embeddings, U-Net skips, LeakyReLU(0.5)^2 MLP),
-banks trained with Parallel Muon, Adam for the rest, EMA/SWA and late QAT; int6+lzma artifact, legal TTT eval.
-Launch: `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Every setting is the env var named after a
-`Hyperparameters` field (upper-cased); the defaults ARE the record's run. Without CUDA the same code runs on the
-CPU (fp32, gloo, no compile), so tiny configs and the test-suite exercise the real paths."""
-
-
-# ==== 0. IMPORTS ====
+"""Parameter-golf GPT trainer, the counted code of a submission: reproduces record 2026-03-23 "LeakyReLU^2 + Legal
+Score-First TTT + Parallel Muon" (README: what differs). Run `torchrun --standalone --nproc_per_node=8 train_gpt.py`;
+every setting is the env var named after a `Hyperparameters` field and the defaults ARE the record's run. Without
+CUDA the same code runs on the CPU (fp32, gloo, no compile), so tiny configs and the tests exercise the real paths."""
 import atexit
 import contextlib
 import copy
-import dataclasses
 import difflib
 import glob
 import hashlib
@@ -26,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -40,26 +33,23 @@ try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-
     from flash_attn_interface import flash_attn_func as _flash_attn_func
 except ImportError:
     _flash_attn_func = None
-try:  # Triton (ships with CUDA builds of torch): the fused q/k/v and MLP kernels of section 4
+try:  # Triton (ships with CUDA builds of torch): the fused ops of section 5
     import triton
     import triton.language as tl
 except ImportError:
     triton = tl = None
 
-# RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled
-# base. Kept as an explicit constant so the silent rescale at T=2048 is visible.
-ROPE_TRAIN_SEQ_LEN = 1024
+
+# ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_")
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
 KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
+BYTECOUNT_DEVICES = ("cpu", "cuda")
 
-
-# ==== 1. CONFIGURATION ====
 @dataclass(frozen=True)
 class Hyperparameters:
     """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env."""
-
     # Data and run identity
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
@@ -112,7 +102,7 @@ class Hyperparameters:
     beta2: float = 0.95
     adam_eps: float = 1e-8
     grad_clip_norm: float = 0.3  # <= 0: no clipping
-    # Weight averaging and QAT (training side; applying them is the end-of-run pipeline's job)
+    # Weight averaging and QAT (training side; applied at the end of the run)
     ema_enabled: bool = True
     ema_decay: float = 0.997
     swa_enabled: bool = False
@@ -121,10 +111,10 @@ class Hyperparameters:
     late_qat_threshold: float = 0.15
     # End of run (SPEC §7-§8): artifact, sliding-window eval, legal score-first TTT
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
-    eval_batch_seqs: int = 32  # windows per forward in sliding and TTT scoring
+    eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
     control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
-                                         "attn_gate,vr_lambda")  # large float tensors matching one stay fp32
+                                         "attn_gate,vr_lambda")  # SPEC §4: matching parameters stay fp32
     artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True
@@ -142,8 +132,8 @@ class Hyperparameters:
     val_prefetch: bool = True
     val_prefetch_queue: int = 2
     val_copy_stream: bool = True
-    val_bytecount_device: str = "cpu"  # where eval counts target bytes: cpu (host copies) or cuda
-    val_progress_log_every: int = 0  # > 0: a val_progress line every N eval batches (rank 0's share)
+    val_bytecount_device: str = "cpu"  # where plain evals count target bytes: cpu (host copies) or cuda
+    val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
     training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
     training_timing_every: int = 200
     # Runtime
@@ -166,31 +156,27 @@ class Hyperparameters:
                     errors.append("%s=%r: expected %s (%s)" % (env_name, raw, ENV_TYPE_LABELS[f.type], exc))
         if errors:
             raise ConfigError(errors)
-        h = cls(**dict(values, run_id=values.get("run_id") or str(uuid.uuid4())))  # empty RUN_ID: a fresh uuid4
+        h = cls(**dict(values, run_id=values.get("run_id") or str(uuid.uuid4())))
         h.validate()
         return h
 
     def validate(self) -> None:
-        errors = []
-        if self.model_dim % max(self.num_heads, 1) != 0:
-            errors.append("MODEL_DIM=%d must be divisible by NUM_HEADS=%d" % (self.model_dim, self.num_heads))
-        elif (self.model_dim // self.num_heads) % 2 != 0:
-            errors.append("head dim MODEL_DIM/NUM_HEADS=%d must be even (RoPE)" % (self.model_dim // self.num_heads))
-        elif not 0 < self.rope_dims <= self.model_dim // self.num_heads or self.rope_dims % 2:
-            errors.append("ROPE_DIMS=%d must be even and in (0, head_dim=%d]"
-                          % (self.rope_dims, self.model_dim // self.num_heads))
-        if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0:
-            errors.append("NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads))
-        errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
-            "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
-            "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
+        """Raises one ConfigError listing every cross-field problem: a table of (failed, message) rows, then bounds."""
+        heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
+        head_dim, divisible = self.model_dim // heads, self.model_dim % heads == 0
         try:
             layers = self.ve_layer_indices
             ve_bad = any(not 0 <= i < self.num_layers for i in layers) or len(set(layers)) != len(layers)
             ve_error = "VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers)
         except ValueError:
             ve_bad, ve_error = True, "VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers
-        errors += failed_checks([
+        rows = [
+            (not divisible, "MODEL_DIM=%d must be divisible by NUM_HEADS=%d" % (self.model_dim, self.num_heads)),
+            (divisible and head_dim % 2 != 0, "head dim MODEL_DIM/NUM_HEADS=%d must be even (RoPE)" % head_dim),
+            (divisible and head_dim % 2 == 0 and (not 0 < self.rope_dims <= head_dim or self.rope_dims % 2),
+             "ROPE_DIMS=%d must be even and in (0, head_dim=%d]" % (self.rope_dims, head_dim)),
+            (self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0,
+             "NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads)),
             (self.logit_softcap <= 0, "LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap),
             (self.bigram_vocab_size < 2, "BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size),
             (not 0 <= self.xsa_last_n <= self.num_layers,
@@ -199,15 +185,31 @@ class Hyperparameters:
             (not 0.0 < self.ema_decay < 1.0, "EMA_DECAY=%s must be in (0, 1)" % self.ema_decay),
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
-            (self.attn_backend not in ATTENTION_BACKENDS,
-             "ATTN_BACKEND=%r: expected one of %s" % (self.attn_backend, ", ".join(ATTENTION_BACKENDS))),
-            (self.qk_kernel not in KERNEL_CHOICES,
-             "QK_KERNEL=%r: expected one of %s" % (self.qk_kernel, ", ".join(KERNEL_CHOICES))),
-            (self.mlp_kernel not in KERNEL_CHOICES,
-             "MLP_KERNEL=%r: expected one of %s" % (self.mlp_kernel, ", ".join(KERNEL_CHOICES))),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every)])
-        errors += loader_config_errors(self) + eval_config_errors(self)
+            (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every),
+            (self.val_bytecount_device not in BYTECOUNT_DEVICES, "VAL_BYTECOUNT_DEVICE=%r must be one of %s"
+             % (self.val_bytecount_device, ", ".join(BYTECOUNT_DEVICES))),
+            (not 0 < self.eval_stride <= length,
+             "EVAL_STRIDE=%d must be in [1, %d] (the eval window length)" % (self.eval_stride, length)),
+            (self.ttt_enabled and self.ttt_chunk_tokens < length, "TTT_CHUNK_TOKENS=%d must be >= the eval window "
+             "length %d: a shorter chunk holds no training sequence" % (self.ttt_chunk_tokens, length)),
+            (not 0 <= self.ttt_freeze_blocks <= self.num_layers,
+             "TTT_FREEZE_BLOCKS=%d must be in [0, NUM_LAYERS=%d]" % (self.ttt_freeze_blocks, self.num_layers)),
+            (not self.ttt_lr > 0.0, "TTT_LR=%s must be > 0" % self.ttt_lr),
+            (not 0.0 <= self.ttt_momentum < 1.0, "TTT_MOMENTUM=%s must be in [0, 1)" % self.ttt_momentum),
+            (not self.ttt_grad_clip > 0.0, "TTT_GRAD_CLIP=%s must be > 0" % self.ttt_grad_clip),
+            (patterns and any(not part.strip() for part in patterns.split(",")),
+             "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns)]
+        errors = [message for failed, message in rows if failed]
+        choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES))
+        errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
+                   for name, allowed in choices if getattr(self, name) not in allowed]
+        errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
+            "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
+            "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
+        errors += ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
+            "train_prefetch_queue", "val_prefetch_queue", "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs",
+            "ttt_epochs") if getattr(self, name) < 1]
         if errors:
             raise ConfigError(errors)
 
@@ -248,48 +250,12 @@ class Hyperparameters:
     def max_wallclock_ms(self) -> Optional[float]:
         return 1000.0 * self.max_wallclock_seconds if self.max_wallclock_seconds > 0 else None
 
-
 class ConfigError(ValueError):
     def __init__(self, errors: List[str]):
         self.errors = list(errors)
         super().__init__("invalid configuration:\n  " + "\n  ".join(self.errors))
 
-
-def failed_checks(checks: Sequence[tuple]) -> List[str]:
-    """The messages of the (failed, message) pairs that failed, in order."""
-    return [message for failed, message in checks if failed]
-
-
-def loader_config_errors(h) -> List[str]:
-    """Errors of the data-path fields (validate() raises them with the rest)."""
-    errors = [f"{name.upper()}={getattr(h, name)} must be >= 1"
-              for name in ("train_prefetch_queue", "val_prefetch_queue") if getattr(h, name) < 1]
-    if h.val_bytecount_device not in BYTECOUNT_DEVICES:
-        errors.append(f"VAL_BYTECOUNT_DEVICE={h.val_bytecount_device!r} must be one of {', '.join(BYTECOUNT_DEVICES)}")
-    return errors
-
-
-def eval_config_errors(h) -> List[str]:
-    """Errors of the end-of-run fields (validate() raises them with the rest)."""
-    length, patterns = h.effective_eval_seq_len, h.control_tensor_name_patterns
-    errors = failed_checks([(not 0 < h.eval_stride <= length,
-                             f"EVAL_STRIDE={h.eval_stride} must be in [1, {length}] (the eval window length)")])
-    errors += [f"{name.upper()}={getattr(h, name)} must be >= 1" for name in (
-        "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs", "ttt_epochs") if getattr(h, name) < 1]
-    return errors + failed_checks([
-        (h.ttt_enabled and h.ttt_chunk_tokens < length, f"TTT_CHUNK_TOKENS={h.ttt_chunk_tokens} must be >= the "
-         f"eval window length {length}: a shorter chunk holds no training sequence"),
-        (not 0 <= h.ttt_freeze_blocks <= h.num_layers,
-         f"TTT_FREEZE_BLOCKS={h.ttt_freeze_blocks} must be in [0, NUM_LAYERS={h.num_layers}]"),
-        (not h.ttt_lr > 0.0, f"TTT_LR={h.ttt_lr} must be > 0"),
-        (not 0.0 <= h.ttt_momentum < 1.0, f"TTT_MOMENTUM={h.ttt_momentum} must be in [0, 1)"),
-        (not h.ttt_grad_clip > 0.0, f"TTT_GRAD_CLIP={h.ttt_grad_clip} must be > 0"),
-        (patterns and any(not part.strip() for part in patterns.split(",")),
-         f"CONTROL_TENSOR_NAME_PATTERNS={patterns!r} has an empty entry")])
-
-
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
-
 
 def _parse_env_value(raw: str, annotation):
     if annotation is bool:
@@ -305,7 +271,6 @@ def _parse_env_value(raw: str, annotation):
             raise ValueError("not finite")
         return value
     return raw
-
 
 def suspicious_env_names(environ) -> List[str]:
     """Warnings for env vars that look like ours but are no field (the record's README set LATE_QAT, unread)."""
@@ -325,7 +290,6 @@ def suspicious_env_names(environ) -> List[str]:
 class DistInfo:
     rank: int
     world_size: int
-    local_rank: int
     device: torch.device
 
     @property
@@ -344,7 +308,6 @@ class DistInfo:
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
-
 def init_distributed(environ) -> DistInfo:
     """torchrun env (RANK, WORLD_SIZE, LOCAL_RANK) -> process group: NCCL on CUDA, gloo on CPU."""
     launched = "RANK" in environ and "WORLD_SIZE" in environ
@@ -357,44 +320,33 @@ def init_distributed(environ) -> DistInfo:
     if launched:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 device_id=device if device.type == "cuda" else None)
-    return DistInfo(rank, world_size, local_rank, device)
-
-
-_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
-
+    return DistInfo(rank, world_size, device)
 
 def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
     if dist_info.distributed:
-        dist.all_reduce(tensor, op=_REDUCE_OPS[op])
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op.upper()))
     return tensor
-
 
 def barrier(dist_info: DistInfo) -> None:
     if dist_info.distributed:
         dist.barrier()
 
-
 def sync_device(dist_info: DistInfo) -> None:
     if dist_info.is_cuda:
         torch.cuda.synchronize(dist_info.device)
 
-
 def ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
-
 
 def rank_range(count: int, dist_info) -> tuple:
     """This rank's contiguous share [count*r/W, count*(r+1)/W) of `count` items."""
     return (count * dist_info.rank // dist_info.world_size, count * (dist_info.rank + 1) // dist_info.world_size)
 
-
 def compile_enabled(h: Hyperparameters, dist_info: DistInfo) -> bool:
     return h.torch_compile == "1" or (h.torch_compile == "auto" and dist_info.is_cuda)
 
-
 def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
-
 
 class Logger:
     """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent."""
@@ -419,7 +371,6 @@ class Logger:
             self._file.close()
             self._file = None
 
-
 def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> None:
     """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
@@ -440,15 +391,12 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> No
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 SHARD_HEADER_BYTES = 256 * 4
-BYTECOUNT_DEVICES = ("cpu", "cuda")
-
 
 class ShardFormatError(ValueError):
     """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
 
-
 def _read_shard_header(path: str, file) -> int:
-    """Check the header and the file size of an open shard; return its token count N."""
+    """The token count N of an open shard, after checking its header and its size."""
     size = os.fstat(file.fileno()).st_size
     header = file.read(SHARD_HEADER_BYTES)
     if len(header) != SHARD_HEADER_BYTES:
@@ -463,9 +411,8 @@ def _read_shard_header(path: str, file) -> int:
                                f"{SHARD_HEADER_BYTES} + 2*{num_tokens} = {SHARD_HEADER_BYTES + 2 * num_tokens}")
     return num_tokens
 
-
 def load_data_shard(path: str) -> np.ndarray:
-    """Read a whole shard as uint16 tokens, rejecting a bad header, a wrong size or a short read."""
+    """A whole shard as uint16 tokens; a bad header, a wrong size or a short read is a ShardFormatError."""
     with open(path, "rb") as file:
         num_tokens = _read_shard_header(path, file)
         tokens = np.empty(num_tokens, dtype="<u2")
@@ -474,14 +421,12 @@ def load_data_shard(path: str) -> np.ndarray:
         raise ShardFormatError(f"{path}: short read, {bytes_read} of {2 * num_tokens} token bytes")
     return tokens
 
-
 def list_shards(pattern: str, what: str) -> List[str]:
     """The sorted shard paths matching `pattern` (SPEC §2); none is an error naming the pattern."""
     paths = sorted(glob.glob(pattern))
     if not paths:
         raise FileNotFoundError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
     return paths
-
 
 @dataclass(frozen=True)
 class MicroBatchLayout:
@@ -495,11 +440,9 @@ class MicroBatchLayout:
     def span(self) -> int:
         return self.local_tokens + 1
 
-
 def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
     local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
     return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len)
-
 
 class TokenStream:
     """SPEC §3 stream from (file 0, offset 0); a shard is loaded when first needed; the file list wraps."""
@@ -526,11 +469,9 @@ class TokenStream:
             self._position += step
             done += step
 
-
 def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of one rank, as CPU int64 (x, y) of shape (rows, seq_len). The record materialises
-    the whole world_size*span chunk on every rank; here only this rank's span is copied, the others are skipped.
-    x and y are two views of one span buffer, so each token is widened and written once, into (pinned) memory."""
+    """SPEC §3 micro-batches of one rank, CPU int64 (x, y) of (rows, seq_len): only this rank's span is copied, and x
+    and y are views of one buffer, so each token is widened and written once."""
     stream = TokenStream(paths)
     before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
     shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
@@ -541,14 +482,10 @@ def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_
         stream.advance(after)
         yield span[:-1].view(shape), span[1:].view(shape)
 
-
 class BackgroundIterator:
-    """Runs `source` in a daemon thread with at most `depth` items ready in a bounded queue. Strict FIFO: the
-    sequence is the source's exactly, and an exception in the source reaches the consumer, unchanged, right after
-    the items made before it. Every blocking call polls (50 ms) a stop event or the thread's liveness, so neither
-    side can hang on the other. close() stops and joins the thread; it is registered with atexit until it runs,
-    since a daemon thread still inside torch at interpreter finalization aborts the process."""
-
+    """`source` run in a daemon thread, at most `depth` items ahead; strict FIFO, a source exception reaches the
+    consumer right after the items made before it. Blocking calls poll (50 ms) a stop event or the thread's liveness,
+    so neither side can hang; close() (also at exit: a daemon thread inside torch then aborts) stops and joins it."""
     _POLL_SECONDS = 0.05
     _JOIN_SECONDS = 10.0
 
@@ -612,14 +549,11 @@ class BackgroundIterator:
                 break
         self._thread.join(timeout=self._JOIN_SECONDS)
 
-
 class DeviceBatchFeed:
-    """Hands out batches of an iterator of CPU tensor tuples on `device`, one batch ahead (so an error building
-    batch i+1 is raised when batch i is asked for). CUDA with a copy stream: batch i+1's H2D is issued on the side
-    stream when batch i is handed out, the compute stream waits on batch i's event, and record_stream() keeps the
-    allocator from reusing the memory before compute is done with it. Without one, the non-blocking copy runs on
-    the compute stream; on CPU the host tensors are handed out. Data wait: host seconds blocked in the source and,
-    on CUDA, a pair of events around each batch's wait or copies (read later with events_elapsed_ms())."""
+    """The CPU tensor tuples of `source` on `device`, one batch ahead (an error building batch i+1 is raised when
+    batch i is asked for). With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute
+    waits on batch i's event, and record_stream() keeps the allocator from reusing the memory too early. Data wait:
+    host time blocked in the source plus, on CUDA, events around each batch's wait or copy (events_elapsed_ms)."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
         self._source, self._device, self._pending, self._closed = source, device, None, False
@@ -627,7 +561,6 @@ class DeviceBatchFeed:
         self._host_wait_seconds, self._event_pairs = 0.0, []
 
     def _issue(self, host: tuple) -> tuple:
-        """-> (host, device tensors, ready event); both None unless the copies went out on the copy stream."""
         if self._copy_stream is None:
             return host, None, None
         with torch.cuda.stream(self._copy_stream):
@@ -673,8 +606,14 @@ class DeviceBatchFeed:
         return current[0], self._claim(*current)
 
     def next_batch(self) -> tuple:
-        """The next (x, y) on the device (int64, (rows, seq_len) for training)."""
         return self.next_with_host()[1]
+
+    def __iter__(self) -> Iterator[tuple]:
+        while True:
+            try:
+                yield self.next_with_host()
+            except StopIteration:
+                return
 
     def take_wait_stats(self) -> tuple:
         """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
@@ -683,7 +622,7 @@ class DeviceBatchFeed:
         return host_ms, pairs
 
     def close(self) -> None:
-        """Stop the producer (if any) and drop in-flight batches. Idempotent."""
+        """Stops the producer (if any) and drops in-flight batches; idempotent."""
         self._closed, self._pending = True, None
         self._source.close()
 
@@ -693,19 +632,16 @@ class DeviceBatchFeed:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-
 def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
-    """Sum of elapsed_time over (before, after) pairs; waits for the events, so call it at logging time."""
+    """Sum of elapsed_time over (before, after) event pairs; waits for them, so call it at logging time."""
     total = 0.0
     for before, after in event_pairs:
         after.synchronize()
         total += before.elapsed_time(after)
     return total
 
-
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A fresh loader from the start of the stream. To rewind (after the warm-up), close() the old loader BEFORE
-    building the new one, so no producer runs ahead in the background."""
+    """A fresh loader from the start of the stream; to rewind, close() the old one first (no producer runs ahead)."""
     layout = micro_batch_layout(h, dist_info)
     cuda = dist_info.device.type == "cuda"
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
@@ -719,62 +655,241 @@ def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
                + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
     return DeviceBatchFeed(batches, dist_info.device, copy_stream)
 
+def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBatchFeed:
+    """One eval pass: ((x_cpu, y_cpu), (x, y)) per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM)
+    while batch i is evaluated; build(spec) -> this rank's (x, y) arrays."""
+    pin_memory = dist_info.device.type == "cuda" and h.val_prefetch
 
-@dataclass
-class ValBatch:
-    index: int  # 0-based position in the pass
-    total: int  # number of batches in the pass
-    x: torch.Tensor  # on the device
-    y: torch.Tensor
-    x_cpu: torch.Tensor  # the same batch on the host (pinned with VAL_PREFETCH on CUDA), for CPU byte counts
-    y_cpu: torch.Tensor
+    def host_pair(spec) -> tuple:  # contiguous CPU tensors (NumPy arrays are wrapped, not copied)
+        pair = tuple(torch.as_tensor(part).contiguous() for part in build(spec))
+        return tuple(part.pin_memory() for part in pair) if pin_memory else pair
 
-
-class ValBatchFeeder(DeviceBatchFeed):
-    """One eval pass: a ValBatch per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM) while batch
-    i is evaluated; a context manager, so the producer stops on early exit. `build(spec)` -> this rank's (x, y)."""
-
-    def __init__(self, h, device: torch.device, specs: Sequence, build: Callable):
-        self.total, pin_memory = len(specs), device.type == "cuda" and h.val_prefetch
-
-        def host_pair(spec) -> tuple:  # contiguous CPU tensors (NumPy arrays are wrapped, not copied)
-            pair = tuple(torch.as_tensor(part).contiguous() for part in build(spec))
-            return tuple(part.pin_memory() for part in pair) if pin_memory else pair
-
-        host_batches = (host_pair(spec) for spec in specs)
-        if h.val_prefetch:
-            host_batches = BackgroundIterator(host_batches, h.val_prefetch_queue, device, "val-batch-producer")
-        super().__init__(host_batches, device, h.val_copy_stream)
-
-    def __iter__(self) -> Iterator[ValBatch]:
-        for index in range(self.total):
-            (x_cpu, y_cpu), (x, y) = self.next_with_host()
-            yield ValBatch(index, self.total, x, y, x_cpu, y_cpu)
+    host_batches = (host_pair(spec) for spec in specs)
+    if h.val_prefetch:
+        host_batches = BackgroundIterator(host_batches, h.val_prefetch_queue, dist_info.device, "val-batch-producer")
+    return DeviceBatchFeed(host_batches, dist_info.device, h.val_copy_stream)
 
 
-def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> ValBatchFeeder:
-    """Val feeder configured by VAL_PREFETCH, VAL_PREFETCH_QUEUE and VAL_COPY_STREAM."""
-    return ValBatchFeeder(h, dist_info.device, specs, build)
-
-
-# ==== 4. MODEL ====
+# ==== 4. MODEL (PyTorch; section 5 swaps in fused Triton ops for the marked parts) ====
+# RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled base.
+ROPE_TRAIN_SEQ_LEN = 1024
+LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
+class GPT(nn.Module):
+    """U-Net GPT whose attention/MLP matrices live in four banks (one Muon update each): qo_bank (2n, d, d) = [W_q
+    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F)."""
 
-def rms_norm(x: Tensor) -> Tensor:
-    return F.rms_norm(x, (x.size(-1),))
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        n, dim = h.num_layers, h.model_dim
+        kv_dim = h.num_kv_heads * (dim // h.num_heads)
+        hidden = int(h.mlp_mult * dim)
+        self.num_layers, self.logit_softcap = n, h.logit_softcap
+        self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
+        self.tok_emb = nn.Embedding(h.vocab_size, dim)
+        self.bigram = BigramHash(h)
+        self.smear = SmearGate(dim)
+        self.num_encoder_layers = n // 2
+        self.skip_weights = nn.Parameter(torch.ones(min(self.num_encoder_layers, n - self.num_encoder_layers), dim))
+        self.qo_bank = nn.Parameter(torch.empty(2 * n, dim, dim))
+        self.kv_bank = nn.Parameter(torch.empty(2 * n, kv_dim, dim))
+        self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
+        self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
+        self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
+        self.ve_layers = h.ve_layer_indices
+        self.ve_shared = ValueEmbedding(h) if self.ve_layers else None
+        self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
+        self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
+        self._init_weights(h)
 
+    @torch.no_grad()
+    def _init_weights(self, h: Hyperparameters) -> None:
+        n = self.num_layers
+        nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
+        nn.init.zeros_(self.bigram.embed.weight)
+        nn.init.orthogonal_(self.bigram.proj.weight)
+        for i in range(n):
+            nn.init.orthogonal_(self.qo_bank[i])
+            nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
+            nn.init.orthogonal_(self.kv_bank[i])
+            nn.init.orthogonal_(self.kv_bank[n + i])
+            nn.init.orthogonal_(self.mlp_up_bank[i])
+            nn.init.zeros_(self.mlp_down_bank[i])
+        if self.ve_shared is not None:
+            nn.init.normal_(self.ve_shared.embed.weight, std=0.01)
+            nn.init.orthogonal_(self.ve_shared.proj.weight)
+        if self.lm_head is not None:
+            nn.init.zeros_(self.lm_head.weight)
 
-def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
-    """Late-QAT weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, on the record's [-32, 31] grid."""
-    w32 = weight.float()
-    sigma = (w32.abs().amax(dim=1, keepdim=True) / 31.0).clamp_min(1.0 / 31.0)
-    return (torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma).to(weight.dtype)
+    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy of the next-token logits."""
+        logits = self.forward_logits(ids)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
+    def forward_logits(self, ids: Tensor) -> Tensor:
+        return self.logits_from_hidden(self.forward_hidden(ids))
+
+    def forward_hidden(self, ids: Tensor) -> Tensor:
+        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
+        x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
+        x = x0 = self.smear(x)
+        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype)
+        value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
+        skips = []
+        for i, block in enumerate(self.blocks):
+            if i >= self.num_encoder_layers and skips:
+                x = x + self.skip_weights[i - self.num_encoder_layers].to(x.dtype) * skips.pop()
+            ve = None
+            if i in self.ve_layers:
+                ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+            x = block(x, x0, self.layer_weights(i), rope, ve)
+            if i < self.num_encoder_layers:
+                skips.append(x)
+        return x
+
+    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
+        """(..., d) -> fp32 soft-capped logits (..., V)."""
+        x = rms_norm(hidden)
+        logits = F.linear(x, self.tok_emb.weight.to(x.dtype)) if self.lm_head is None else self.lm_head(x)
+        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap)
+
+    def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
+        """Layer i's (W_q, W_k, W_v, W_o, W_up, W_down): views of the bank rows."""
+        n = self.num_layers
+        return (self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i], self.qo_bank[n + i],
+                self.mlp_up_bank[i], self.mlp_down_bank[i])
+
+    def set_qat(self, enabled: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, CastedLinear):
+                module.qat_active.fill_(1.0 if enabled else 0.0)
+
+def build_model(h: Hyperparameters, device: torch.device) -> GPT:
+    """Seeded fp32 build on CPU, then the record's dtype recipe on CUDA: bf16 except the banks, CastedLinear
+    weights and every 0-D/1-D parameter, which go back to fp32 (so only the embeddings stay bf16)."""
+    random.seed(h.seed)
+    np.random.seed(h.seed)
+    torch.manual_seed(h.seed)
+    model = GPT(h)
+    if device.type == "cuda":
+        model = model.to(device).bfloat16()
+        keep_fp32 = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+        for name, param in model.named_parameters():
+            if name.endswith("_bank") or id(param) in keep_fp32 or param.ndim < 2:
+                param.data = param.data.float()
+    return model.to(device)
+
+class Block(nn.Module):
+    def __init__(self, h: Hyperparameters, layer_index: int):
+        super().__init__()
+        dim = h.model_dim
+        self.attn = CausalSelfAttention(h, use_xsa=layer_index >= h.num_layers - h.xsa_last_n)
+        self.attn_scale = nn.Parameter(torch.ones(dim))
+        self.mlp_scale = nn.Parameter(torch.ones(dim))
+        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
+        self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+        self.mlp_op: Optional[Callable] = None  # the fused MLP op when MLP_KERNEL selects Triton
+
+    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
+        """x + attn_scale * attn(...), then + mlp_scale * mlp(...), each per-channel scale folded into the rows of
+        the output projection's weight (scale * (a W^T) = a (scale * W)^T): the backward then needs neither
+        scale * gradient nor the saved branch output."""
+        w_q, w_k, w_v, w_o, w_up, w_down = weights
+        mix = self.resid_mix.to(x.dtype)
+        x = mix[0] * x + mix[1] * x0
+        w_o = self.attn_scale[:, None] * w_o
+        x = x + self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
+        mlp = self.mlp_op or leaky_relu_sq_mlp
+        w_down = self.mlp_scale[:, None] * w_down
+        return x + mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
+
+class CausalSelfAttention(nn.Module):
+    """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
+
+    def __init__(self, h: Hyperparameters, use_xsa: bool):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
+        self.head_dim = h.model_dim // h.num_heads
+        self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
+        self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
+        self.backend = "sdpa"
+        self.qkv_op: Optional[Callable] = None  # the fused q/k/v op when QK_KERNEL selects Triton
+        self.xsa_op: Optional[Callable] = None  # the fused XSA op, likewise
+
+    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
+                value_embed: Optional[Tensor]) -> Tensor:
+        batch, seq_len, _ = x.shape
+        if self.qkv_op is not None:
+            # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
+            # which takes GQA natively)
+            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
+            plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
+            qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
+            q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
+                                           self.num_heads, self.rope_dims, repeat, plain_v)
+            y = causal_attention(q, k, v, self.backend)
+            v = v_plain if plain_v else v
+        else:
+            q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
+            k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
+            v = F.linear(x, w_v.to(x.dtype))
+            if value_embed is not None:
+                v = v + value_embed
+            v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
+            q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
+            y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
+        if self.use_xsa:  # v has the KV heads here (group H / Hkv)
+            y = (self.xsa_op or exclusive_self_attention)(y, v)
+        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
+
+class BigramHash(nn.Module):
+    """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        self.buckets = h.bigram_vocab_size
+        self.embed = nn.Embedding(h.bigram_vocab_size, h.bigram_dim)
+        self.proj = CastedLinear(h.bigram_dim, h.model_dim)
+        self.scale = nn.Parameter(torch.tensor(0.05))
+
+    def bucket_ids(self, ids: Tensor) -> Tensor:
+        ids32 = ids.to(torch.int32)
+        modulus = self.buckets - 1
+        pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
+        first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
+        return torch.cat((first, pairs), dim=1)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(self.bucket_ids(ids)))
+
+class SmearGate(nn.Module):
+    """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gate = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        g = torch.sigmoid(self.gate.to(x.dtype))
+        return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
+
+class ValueEmbedding(nn.Module):
+    """Shared token -> value-space embedding added to v in the VE layers, each with its own scalar."""
+
+    def __init__(self, h: Hyperparameters):
+        super().__init__()
+        kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
+        self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
+        self.proj = CastedLinear(h.ve_dim, kv_dim)
+        self.scale = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.scale * self.proj(self.embed(ids))
 
 class CastedLinear(nn.Linear):
-    """fp32 weight cast to the activation dtype. In training `qat_active` blends in the fake-quantized weight with
-    a straight-through gradient; it is a 0/1 tensor so late QAT does not recompile (~57 s on H100)."""
+    """fp32 weight cast to the activation dtype; in training a 0/1 `qat_active` tensor (not a Python flag: no
+    recompile when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
@@ -786,10 +901,18 @@ class CastedLinear(nn.Linear):
             weight = weight + self.qat_active.to(weight.dtype) * (fake_quantize_int6_rows(weight) - weight).detach()
         return F.linear(x, weight.to(x.dtype))
 
+def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
+    """Late-QAT weight (SPEC §6): per-row sigma = max(rowmax|W|/31, 1/31) in fp32, on the record's [-32, 31] grid."""
+    w32 = weight.float()
+    sigma = (w32.abs().amax(dim=1, keepdim=True) / 31.0).clamp_min(1.0 / 31.0)
+    return (torch.clamp(torch.round(w32 / sigma), -32, 31) * sigma).to(weight.dtype)
+
+def rms_norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
 
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, ...]:
-    """Full-width RoPE tables for apply_partial_rotary: cos_full, sin_full (T, head_dim) and the pair-swap index.
-    Angles in fp32 with the record's NTK rescale past ROPE_TRAIN_SEQ_LEN (SPEC §4), then cast to `dtype`."""
+    """cos_full, sin_full (T, head_dim) and the pair-swap index; fp32 angles (NTK-rescaled past
+    ROPE_TRAIN_SEQ_LEN, SPEC §4) cast to `dtype`."""
     if seq_len > ROPE_TRAIN_SEQ_LEN:
         base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
     half = rope_dims // 2
@@ -803,9 +926,8 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
     swap = torch.where(dims < half, dims + half, torch.where(dims < rope_dims, dims - half, dims))
     return cos_full, sin_full, swap
 
-
 class _SwapPairsTimes(torch.autograd.Function):
-    """x[..., swap] * table for a swap index that is its own inverse, so the backward is the same gather, not the
+    """x[..., swap] * table for a swap index that is its own inverse: the backward is the same gather, not the
     scatter-add autograd would make of an index."""
 
     @staticmethod
@@ -818,31 +940,27 @@ class _SwapPairsTimes(torch.autograd.Function):
         table, swap = ctx.saved_tensors
         return (grad * table)[..., swap], None, None
 
-
 def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor) -> Tensor:
     """x (B, T, H, D): dims [0, R) rotate as pairs (u = first half, w = second half): u' = u cos + w sin,
-    w' = w cos - u sin; dims [R, D) pass through (cos 1, sin 0). One pointwise expression with no slice or cat,
-    so the compiler fuses it with the RMSNorm before it (the slice/cat form took 3-4 kernels per tensor)."""
+    w' = w cos - u sin; dims [R, D) pass through (cos 1, sin 0). One pointwise expression (no slice or cat), so
+    the compiler fuses it with the RMSNorm before it."""
     cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
-
 def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, gain: Optional[Tensor],
                  repeat: int) -> Tensor:
-    """The q/k path in PyTorch (QK_KERNEL=torch, and part of qkv_heads, the fused op's reference): RoPE(rms_norm(x)),
-    times the per-head gain, each head repeated `repeat` times."""
+    """RoPE(rms_norm(x)) times the per-head gain, each head repeated `repeat` times."""
     y = apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap)
     if gain is not None:
         y = y * gain[None, None, :, None]
     return y.repeat_interleave(repeat, dim=2) if repeat > 1 else y
 
-
 def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
               gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
               plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The attention inputs from one fused projection qkv (B, T, (H + 2 Hkv) D) in PyTorch (the reference of the
-    fused op below): q = RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each
-    repeated `repeat` times; and, with plain_v, v once more unrepeated (B, T, Hkv, D) for XSA (else empty)."""
+    """The fused q/k/v op's PyTorch form (its reference) on one projection qkv (B, T, (H + 2 Hkv) D): q =
+    RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each repeated `repeat` times;
+    and, with plain_v, v once more unrepeated (B, T, Hkv, D) for XSA (else empty)."""
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
     kv_heads = (width // head_dim - num_heads) // 2
@@ -854,16 +972,47 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
     v = v.reshape(batch, seq_len, kv_heads, head_dim)
     return q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, v if plain_v else v.new_empty(0)
 
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
+    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
+    if backend == "fa3":
+        out = _flash_attn_func(q, k, v, causal=True)
+        return out[0] if isinstance(out, tuple) else out
+    group = q.size(2) // k.size(2)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
-# The same attention inputs as one Triton op (QK_KERNEL, chosen in section 9), fed by one GEMM for q, k and v
-# (section 4's attention forward). Per row of head_dim values one kernel computes y = RoPE(rms_norm(x)) * gain
-# for q and k, or y = x + value_embed for v, and writes it `repeat` times (the GQA repeat for SDPA), v once more
-# unrepeated for XSA in its layers (whose gradient the backward then adds in, instead of a separate sum); its backward
-# sums the repeats and writes dq, dk, dv straight into one (B, T, (H + 2 Hkv) D) gradient, so the backward of the
-# projection is one GEMM for dx and one for dW. Same arithmetic as the compiled PyTorch form: fp32 inside, the norm
-# rounded to x.dtype before RoPE. Each tensor moves once per direction (bench/NOTES.md). Epsilons are constexpr: a
-# float argument would reach the kernel as fp64 inside torch.compile (inductor types Python floats so) and pull the
-# norm into fp64.
+def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
+    """XSA, y (B, T, H, D), v (B, T, Hv, D): each head's output loses its component along its (unit) value
+    vector, head h using value head h // (H / Hv)."""
+    batch, seq_len, heads, head_dim = y.shape
+    group = heads // v.size(2)
+    y = y.view(batch, seq_len, v.size(2), group, head_dim)
+    v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
+    return (y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit).view(batch, seq_len, heads, head_dim)
+
+def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
+    return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
+
+
+# ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
+# On CUDA three torch.library.triton_ops (so the compiled graph keeps their kernels) replace PyTorch forms of section 4
+# with the same arithmetic as the compiled PyTorch form; bench/NOTES.md has the measurements.
+# - qkv_heads (QK_KERNEL) = qkv_heads() after one GEMM for q, k and v. Per row of head_dim values one kernel computes
+#   RoPE(rms_norm(x)) * gain for q and k, or x + value_embed for v, writes it `repeat` times (the GQA repeat for SDPA)
+#   and v once more unrepeated for XSA; the backward sums the repeats (and XSA's gradient of v) and writes dq, dk, dv
+#   into one (B, T, (H + 2 Hkv) D) gradient, so the projection's backward is one GEMM for dx and one for dW. fp32
+#   inside, the norm rounded to x.dtype before RoPE.
+# - xsa (QK_KERNEL) = exclusive_self_attention(), one kernel per direction over rows of v, each reading its v rows once
+#   and the `group` attention-output rows that use them through their strides (no copy of SDPA's output); u = v /
+#   max(|v|, eps) as F.normalize, with the norm's gradient only where |v| >= eps.
+# - mlp (MLP_KERNEL) = leaky_relu_sq_mlp() with the activation in GEMM epilogues: the up-projection GEMM also writes
+#   act = leaky(h)^2, the backward's d_act = dy W_down GEMM writes dh = d_act * d(leaky(h)^2)/dh (h and d_act rounded
+#   as a GEMM writes them, the activation in fp32); the other three GEMMs stay cuBLAS.
+# Epsilons and the slope are constexpr: a float argument would reach a kernel as fp64 inside torch.compile (inductor
+# types Python floats so) and pull the math into fp64.
 if triton is not None:
     @triton.jit
     def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
@@ -951,118 +1100,6 @@ if triton is not None:
                          dx.to(dadd_ptr.dtype.element_ty), mask=ok2)
         tl.store(dx_ptr + x_offset + d[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok2)
 
-QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
-
-
-def _qkv_parts(qkv: Tensor, head_dim: int, num_heads: int) -> tuple:
-    """(heads, column offset) of q, k and v inside the fused projection's last dimension."""
-    kv_heads = (qkv.size(-1) // head_dim - num_heads) // 2
-    if qkv.size(-1) != (num_heads + 2 * kv_heads) * head_dim or kv_heads < 1:
-        raise ValueError("fused q/k/v op: projection width %d is not (num_heads=%d + 2 * kv_heads) * head_dim=%d"
-                         % (qkv.size(-1), num_heads, head_dim))
-    return (num_heads, 0), (kv_heads, num_heads * head_dim), (kv_heads, (num_heads + kv_heads) * head_dim)
-
-
-def _qkv_launch(qkv: Tensor, heads: int, rope_dims: int, head_dim: int) -> tuple:
-    rows = qkv.size(0) * qkv.size(1) * heads
-    return rows, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
-                      num_warps=QK_NUM_WARPS), (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
-
-
-def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
-                       gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
-                       plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    qkv = qkv.contiguous()
-    batch, seq_len, width = qkv.shape
-    head_dim = cos_full.size(1)
-    parts = _qkv_parts(qkv, head_dim, num_heads)
-    plain = qkv.new_empty((batch, seq_len, parts[2][0], head_dim) if plain_v else (0,))
-    outputs = []
-    for part, (heads, column) in enumerate(parts):
-        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
-        times = 1 if part == 0 else repeat
-        out = qkv.new_empty(batch, seq_len, heads * times, head_dim)
-        add = value_embed.contiguous() if part == 2 and value_embed is not None else None
-        torch.library.wrap_triton(_qkv_heads_fwd)[grid](
-            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, plain, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, times, EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
-            HAS_ADD=add is not None, HAS_PLAIN=part == 2 and plain_v, **meta)
-        outputs.append(out)
-    return tuple(outputs) + (plain,)
-
-
-def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv: Tensor, cos_full: Tensor,
-                        sin_full: Tensor, gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
-                        has_value_embed: bool, plain_v: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """(d_qkv, d_value_embed (empty without one), d_gain)."""
-    qkv = qkv.contiguous()
-    batch, seq_len, width = qkv.shape
-    head_dim = cos_full.size(1)
-    d_qkv = qkv.new_empty(qkv.shape)
-    parts = _qkv_parts(qkv, head_dim, num_heads)
-    d_add = qkv.new_empty(batch, seq_len, parts[2][0] * head_dim if has_value_embed else 0)
-    d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
-    d_plain = d_plain.contiguous()
-    for part, ((heads, column), grad) in enumerate(zip(parts, (dq, dk, dv))):
-        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
-        torch.library.wrap_triton(_qkv_heads_bwd)[grid](
-            qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
-            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed,
-            HAS_PLAIN=part == 2 and plain_v, **meta)
-    return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
-
-
-def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
-                       grad_fn: Callable) -> Callable:
-    """torch.ops.pgolf.<name> with its backward as torch.ops.pgolf.<name>_backward, both `torch.library.triton_op`s
-    (so the compiled graph keeps their kernels), registered once per process (reloading this file reuses them)."""
-    if triton is None:
-        raise RuntimeError("%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name)
-    namespace = torch.ops.pgolf
-    if not hasattr(namespace, name):
-        op = torch.library.triton_op("pgolf::" + name, mutates_args=())(forward)
-        torch.library.triton_op("pgolf::%s_backward" % name, mutates_args=())(backward)
-        op.register_autograd(grad_fn, setup_context=setup_context)
-    return getattr(namespace, name)
-
-
-def _qkv_setup_context(ctx, inputs, output) -> None:
-    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v = inputs
-    ctx.save_for_backward(qkv, cos_full, sin_full, gain)
-    ctx.has_value_embed, ctx.config, ctx.plain_v = value_embed is not None, (num_heads, rope_dims, repeat), plain_v
-
-
-def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor) -> tuple:
-    qkv, cos_full, sin_full, gain = ctx.saved_tensors
-    d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, d_plain, qkv, cos_full, sin_full, gain,
-                                                               *ctx.config, ctx.has_value_embed, ctx.plain_v)
-    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None, None)
-
-
-def fused_qkv_heads_op() -> Callable:
-    """torch.ops.pgolf.qkv_heads: qkv_heads() above (less the swap index) as one op; differentiable in qkv,
-    value_embed and gain. Three kernels per direction (q, k, v), none of them touching a tensor twice."""
-    return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
-                              _qkv_setup_context, _qkv_grad)
-
-
-def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
-    """XSA in PyTorch (QK_KERNEL=torch, and the reference of the fused op below): y (B, T, H, D), v (B, T, Hv, D);
-    each head's output loses its component along its (unit) value vector, head h using value head h // (H / Hv)."""
-    batch, seq_len, heads, head_dim = y.shape
-    group = heads // v.size(2)
-    y = y.view(batch, seq_len, v.size(2), group, head_dim)
-    v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
-    return (y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit).view(batch, seq_len, heads, head_dim)
-
-
-# XSA as one Triton op (with the q/k/v op under QK_KERNEL): one kernel per direction over rows of v, each program
-# reading its v rows once and the `group` attention-output rows that use them (through their strides: no copy of
-# SDPA's output). The compiled PyTorch form takes two kernels forward (v's norm and y.u, then the subtraction: y and
-# v read twice) and two backward; this reads y, v (and the gradient) once and writes once, in fp32 inside. Same
-# formula as F.normalize: u = v / max(|v|, eps), and the norm's gradient only where |v| >= eps.
-if triton is not None:
     @triton.jit
     def _xsa_rows(rows, v_heads, seq_len, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
         """This program's rows r of v (B, T, Hv, D) as (b, t, value head), r, the columns and the mask. No pointer
@@ -1114,72 +1151,6 @@ if triton is not None:
         dv = (d_unit - radial * unit) / length
         tl.store(dv_ptr + (r * HEAD_DIM)[:, None] + d[None, :], dv.to(dv_ptr.dtype.element_ty), mask=ok2)
 
-XSA_EPS = 1e-12  # F.normalize's default
-
-
-def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
-    """(positional arguments, meta, grid) shared by both kernels: v made contiguous, y read through its strides."""
-    if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
-            or y.size(2) % v.size(2):
-        raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
-                         % (tuple(y.shape), tuple(v.shape)))
-    rows = v.numel() // v.size(-1)
-    meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
-    return (rows, v.size(2), v.size(1), y.size(2) // v.size(2)), meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
-
-
-def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
-    v = v.contiguous()
-    out = torch.empty_like(y)  # y's strides (dense layouts keep them)
-    if out.stride() != y.stride():
-        y = y.contiguous()
-        out = torch.empty_like(y)
-    args, meta, grid = _xsa_launch(y, v)
-    torch.library.wrap_triton(_xsa_fwd)[grid](y, v, out, *args, *y.stride(), **meta)
-    return out
-
-
-def _xsa_backward(grad: Tensor, y: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-    v = v.contiguous()
-    dy, dv = torch.empty_like(y), torch.empty_like(v)
-    if dy.stride() != y.stride():
-        y = y.contiguous()
-        dy = torch.empty_like(y)
-    args, meta, grid = _xsa_launch(y, v)
-    torch.library.wrap_triton(_xsa_bwd)[grid](grad, y, v, dy, dv, *args, *y.stride(), *grad.stride(), **meta)
-    return dy, dv
-
-
-def _xsa_setup_context(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)
-
-
-def _xsa_grad(ctx, grad: Tensor) -> tuple:
-    return tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors))
-
-
-def fused_xsa_op() -> Callable:
-    """torch.ops.pgolf.xsa: exclusive_self_attention() above as one op, differentiable in y and v."""
-    return register_triton_op("xsa", "QK_KERNEL", _xsa_forward, _xsa_backward, _xsa_setup_context, _xsa_grad)
-
-
-LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation (SPEC §4)
-
-
-def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-    """The MLP in PyTorch (MLP_KERNEL=torch, and the reference of the fused op below):
-    leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
-    return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
-
-
-# The same MLP with the activation inside the GEMMs (MLP_KERNEL, chosen in section 9). Forward: one Triton GEMM
-# h = x W_up^T whose epilogue also writes act = leaky(h)^2; then act W_down^T (cuBLAS). Backward: one Triton GEMM
-# d_act = dy W_down whose epilogue reads h and writes dh = d_act * d(leaky(h)^2)/dh; the three weight/input GEMMs
-# stay cuBLAS. Same arithmetic as the compiled PyTorch form (h and d_act rounded to bf16 as a GEMM writes them, the
-# activation in fp32). It saves re-reading h after the forward GEMM and writing + reading d_act in backward: three
-# passes over the (tokens, 3d) hidden per layer. Triton's GEMM is slower than cuBLAS here (~420 vs ~650 TFLOP/s at
-# the record shape) but the saved passes pay for it: bench/NOTES.md.
-if triton is not None:
     @triton.jit
     def _mlp_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
         """Row and column offsets of output tile `tile`, numbered in groups of GROUP_M row tiles (L2 reuse)."""
@@ -1242,11 +1213,136 @@ if triton is not None:
             slope = tl.where(h > 0, 2.0 * h, (2.0 * SLOPE * SLOPE) * h)
             tl.store(dh_ptr + out, (d_act * slope).to(dh_ptr.dtype.element_ty), mask=ok)
 
-# Launch configurations of the two GEMMs, the fastest of bench/mlp_kernel.py's sweep on an H100 at the record
-# shape; PROGRAMS_PER_SM 0 launches one program per tile, n > 0 makes the kernel persistent (n programs per SM).
+QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
+XSA_EPS = 1e-12  # F.normalize's default
+# The MLP GEMMs' launch configurations, the fastest of bench/mlp_kernel.py's sweep on an H100 at the record shape;
+# PROGRAMS_PER_SM 0 launches one program per tile, n > 0 makes the kernel persistent (n programs per SM).
 MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, PROGRAMS_PER_SM=1)
 MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
 
+def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
+                       grad_fn: Callable) -> Callable:
+    """torch.ops.pgolf.<name> with its backward as torch.ops.pgolf.<name>_backward, both `torch.library.triton_op`s
+    (so the compiled graph keeps their kernels), registered once per process (reloading this file reuses them)."""
+    if triton is None:
+        raise RuntimeError("%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name)
+    namespace = torch.ops.pgolf
+    if not hasattr(namespace, name):
+        op = torch.library.triton_op("pgolf::" + name, mutates_args=())(forward)
+        torch.library.triton_op("pgolf::%s_backward" % name, mutates_args=())(backward)
+        op.register_autograd(grad_fn, setup_context=setup_context)
+    return getattr(namespace, name)
+
+def _qkv_parts(qkv: Tensor, head_dim: int, num_heads: int) -> tuple:
+    """(heads, column offset) of q, k and v inside the fused projection's last dimension."""
+    kv_heads = (qkv.size(-1) // head_dim - num_heads) // 2
+    if qkv.size(-1) != (num_heads + 2 * kv_heads) * head_dim or kv_heads < 1:
+        raise ValueError("fused q/k/v op: projection width %d is not (num_heads=%d + 2 * kv_heads) * head_dim=%d"
+                         % (qkv.size(-1), num_heads, head_dim))
+    return (num_heads, 0), (kv_heads, num_heads * head_dim), (kv_heads, (num_heads + kv_heads) * head_dim)
+
+def _qkv_launch(qkv: Tensor, heads: int, rope_dims: int, head_dim: int) -> tuple:
+    rows = qkv.size(0) * qkv.size(1) * heads
+    return rows, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
+                      num_warps=QK_NUM_WARPS), (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+
+def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
+                       gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+                       plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    qkv = qkv.contiguous()
+    batch, seq_len, width = qkv.shape
+    head_dim = cos_full.size(1)
+    parts = _qkv_parts(qkv, head_dim, num_heads)
+    plain = qkv.new_empty((batch, seq_len, parts[2][0], head_dim) if plain_v else (0,))
+    outputs = []
+    for part, (heads, column) in enumerate(parts):
+        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+        times = 1 if part == 0 else repeat
+        out = qkv.new_empty(batch, seq_len, heads * times, head_dim)
+        add = value_embed.contiguous() if part == 2 and value_embed is not None else None
+        torch.library.wrap_triton(_qkv_heads_fwd)[grid](
+            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, plain, rows, heads, seq_len, column,
+            seq_len * width, width, head_dim, times, EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
+            HAS_ADD=add is not None, HAS_PLAIN=part == 2 and plain_v, **meta)
+        outputs.append(out)
+    return tuple(outputs) + (plain,)
+
+def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv: Tensor, cos_full: Tensor,
+                        sin_full: Tensor, gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
+                        has_value_embed: bool, plain_v: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(d_qkv, d_value_embed (empty without one), d_gain)."""
+    qkv = qkv.contiguous()
+    batch, seq_len, width = qkv.shape
+    head_dim = cos_full.size(1)
+    d_qkv = qkv.new_empty(qkv.shape)
+    parts = _qkv_parts(qkv, head_dim, num_heads)
+    d_add = qkv.new_empty(batch, seq_len, parts[2][0] * head_dim if has_value_embed else 0)
+    d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
+    d_plain = d_plain.contiguous()
+    for part, ((heads, column), grad) in enumerate(zip(parts, (dq, dk, dv))):
+        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+        torch.library.wrap_triton(_qkv_heads_bwd)[grid](
+            qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
+            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
+            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed,
+            HAS_PLAIN=part == 2 and plain_v, **meta)
+    return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
+
+def _qkv_setup_context(ctx, inputs, output) -> None:
+    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v = inputs
+    ctx.save_for_backward(qkv, cos_full, sin_full, gain)
+    ctx.has_value_embed, ctx.config, ctx.plain_v = value_embed is not None, (num_heads, rope_dims, repeat), plain_v
+
+def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor) -> tuple:
+    qkv, cos_full, sin_full, gain = ctx.saved_tensors
+    d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, d_plain, qkv, cos_full, sin_full, gain,
+                                                               *ctx.config, ctx.has_value_embed, ctx.plain_v)
+    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None, None)
+
+def fused_qkv_heads_op() -> Callable:
+    """torch.ops.pgolf.qkv_heads: qkv_heads() (less the swap index), differentiable in qkv, value_embed and gain."""
+    return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
+                              _qkv_setup_context, _qkv_grad)
+
+def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
+    """(positional arguments, meta, grid) shared by both kernels: v made contiguous, y read through its strides."""
+    if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
+            or y.size(2) % v.size(2):
+        raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
+                         % (tuple(y.shape), tuple(v.shape)))
+    rows = v.numel() // v.size(-1)
+    meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
+    return (rows, v.size(2), v.size(1), y.size(2) // v.size(2)), meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+
+def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
+    v = v.contiguous()
+    out = torch.empty_like(y)  # y's strides (dense layouts keep them)
+    if out.stride() != y.stride():
+        y = y.contiguous()
+        out = torch.empty_like(y)
+    args, meta, grid = _xsa_launch(y, v)
+    torch.library.wrap_triton(_xsa_fwd)[grid](y, v, out, *args, *y.stride(), **meta)
+    return out
+
+def _xsa_backward(grad: Tensor, y: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+    v = v.contiguous()
+    dy, dv = torch.empty_like(y), torch.empty_like(v)
+    if dy.stride() != y.stride():
+        y = y.contiguous()
+        dy = torch.empty_like(y)
+    args, meta, grid = _xsa_launch(y, v)
+    torch.library.wrap_triton(_xsa_bwd)[grid](grad, y, v, dy, dv, *args, *y.stride(), *grad.stride(), **meta)
+    return dy, dv
+
+def _xsa_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+def _xsa_grad(ctx, grad: Tensor) -> tuple:
+    return tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors))
+
+def fused_xsa_op() -> Callable:
+    """torch.ops.pgolf.xsa: exclusive_self_attention() as one op, differentiable in y and v."""
+    return register_triton_op("xsa", "QK_KERNEL", _xsa_forward, _xsa_backward, _xsa_setup_context, _xsa_grad)
 
 def _mlp_launch(launch: dict, a: Tensor, b: Tensor, outer: int) -> tuple:
     """(grid, meta) for A (M, K) times B into (M, outer) tiles. fp32 inputs multiply in full fp32 ("ieee"),
@@ -1265,7 +1361,6 @@ def _mlp_launch(launch: dict, a: Tensor, b: Tensor, outer: int) -> tuple:
     meta.update(SLOPE=LEAKY_SLOPE, PRECISION="ieee" if a.dtype == torch.float32 else "tf32")
     return (max(tiles, 1),), meta
 
-
 def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> Tuple[Tensor, Tensor, Tensor]:
     rows = x.reshape(-1, x.size(-1)).contiguous()
     w_up = w_up.contiguous()
@@ -1278,7 +1373,6 @@ def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> 
         **meta)
     out = torch.mm(act, w_down.t())
     return out.view(*x.shape[:-1], w_down.size(0)), hidden, act
-
 
 def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden: Tensor, act: Tensor,
                   need_x: bool, need_w_up: bool, need_w_down: bool) -> Tuple[Tensor, Tensor, Tensor]:
@@ -1295,7 +1389,6 @@ def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden:
     dw_up = torch.mm(d_hidden.t(), rows) if need_w_up else w_up.new_empty(0)
     return dx, dw_up, torch.mm(grad_rows.t(), act) if need_w_down else w_down.new_empty(0)
 
-
 def _mlp_setup_context(ctx, inputs, output) -> None:
     x, w_up, w_down, save_hidden = inputs
     _, hidden, act = output
@@ -1304,265 +1397,148 @@ def _mlp_setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, w_up, w_down, hidden, act)
     ctx.mark_non_differentiable(hidden, act)
 
-
 def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
     x, w_up, w_down, hidden, act = ctx.saved_tensors
     needed = tuple(bool(flag) for flag in ctx.needs_input_grad[:3])
     grads = torch.ops.pgolf.mlp_backward(grad, x, w_up, w_down, hidden, act, *needed)
     return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
 
-
 def fused_mlp_op() -> Callable:
-    """x (..., d), w_up (F, d), w_down (d, F) -> leaky_relu(x w_up^T, 0.5)^2 w_down^T via torch.ops.pgolf.mlp (which
-    also returns the hidden layers it saves); differentiable in all three. Returns a callable giving the output."""
+    """leaky_relu_sq_mlp() through torch.ops.pgolf.mlp (which also returns the hidden layers it saves for backward,
+    written only under autograd); differentiable in x, w_up and w_down."""
     op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
 
     def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
         return op(x, w_up, w_down, torch.is_grad_enabled())[0]
     return mlp
 
+def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
+    """The one start-up choice: {"attention"|"qk"|"mlp": (choice, reason)} for ATTN_BACKEND, QK_KERNEL, MLP_KERNEL.
+    A candidate is used only if its probe (forward + backward) passes; a forced one that cannot run is an error."""
+    head_dim, device = h.model_dim // h.num_heads, dist_info.device
+    return {"attention": select_attention_backend(h, dist_info),
+            "qk": select_kernel("QK_KERNEL", h.qk_kernel, lambda: _probe_qk_kernel(head_dim, h.rope_dims, device),
+                                dist_info),
+            "mlp": select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(h.model_dim, device),
+                                 dist_info)}
 
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
-    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
+def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch") -> None:
+    """Sets the attention backend and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
+    qkv_op, xsa_op = (fused_qkv_heads_op(), fused_xsa_op()) if qk == "triton" else (None, None)
+    mlp_op = fused_mlp_op() if mlp == "triton" else None
+    for block in model.blocks:
+        block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
+
+_SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
+               "efficient": (False, False, True, False), "math": (False, False, False, True)}
+
+def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """FA3 on Hopper, else the first SDPA backend passing a fwd+bwd probe (cuDNN first on Hopper, where it is faster
+    than flash); ATTN_BACKEND forces one."""
+    if not dist_info.is_cuda:
+        if h.attn_backend not in ("auto", "math"):
+            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
+        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
+    forced = h.attn_backend != "auto"
+    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
+    candidates = [h.attn_backend] if forced else (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"])
+    failures = []
+    for backend in candidates + ([] if forced else ["efficient", "math"]):
+        try:
+            _probe_attention(backend, h.train_seq_len, h.num_heads, h.model_dim // h.num_heads, dist_info.device)
+            return backend, "; ".join(["forced by ATTN_BACKEND" if forced else "auto"] + failures)
+        except Exception as exc:  # the probe is the test of availability; every failure is reported
+            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            failures.append("%s unavailable (%s)" % (backend, message))
+            if forced:
+                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
+    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
+
+def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
+    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled."""
     if backend == "fa3":
-        out = _flash_attn_func(q, k, v, causal=True)
-        return out[0] if isinstance(out, tuple) else out
-    group = q.size(2) // k.size(2)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        if _flash_attn_func is None:
+            raise ImportError("flash_attn_interface not importable")
+        if torch.cuda.get_device_capability(device)[0] != 9:
+            raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
+    else:
+        cudnn, flash, efficient, math_sdp = _SDPA_FLAGS.get(backend, (False, False, False, False))
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        torch.backends.cuda.enable_flash_sdp(flash)
+        torch.backends.cuda.enable_mem_efficient_sdp(efficient)
+        torch.backends.cuda.enable_math_sdp(math_sdp)
+    q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
+    torch.cuda.synchronize(device)
+
+def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
+    """(kernel, reason) for a fused op: on CUDA "triton" when Triton imports and `probe` passes, else "torch" (the
+    PyTorch form); `setting` triton/torch forces one, and a forced triton that cannot run is an error."""
+    if setting == "torch":
+        return "torch", "forced by %s" % env_name
+    if setting == "auto" and not dist_info.is_cuda:
+        return "torch", "auto; CPU run"
+    try:
+        probe()
+        return "triton", "forced by %s" % env_name if setting == "triton" else "auto"
+    except Exception as exc:  # the probe is the test of availability; the failure is reported
+        message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        if setting == "triton":
+            raise RuntimeError("%s=triton cannot run here: %s" % (env_name, message)) from exc
+        return "torch", "auto; triton unavailable (%s)" % message
+
+def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
+    """The fused q/k/v op vs qkv_heads() on a small GQA-shaped input with a value embedding (all four outputs and
+    the gradients of qkv, value_embed and gain, fp32), then the fused XSA op vs exclusive_self_attention()."""
+    if head_dim & (head_dim - 1):
+        raise ValueError("head_dim=%d is not a power of two" % head_dim)
+    generator = torch.Generator().manual_seed(0)
+
+    def make(*shape):
+        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
+    qkv, value_embed = make(2, 16, 4 * head_dim), make(2, 16, head_dim)
+    gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
+    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device) for heads in (2, 2, 2, 1)]
+    cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
+    _require_close("fused q/k/v op", ("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"),
+                   lambda: fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2, True),
+                   lambda: qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2, True),
+                   (qkv, value_embed, gain), grads, 1e-4, 1.0)
+    y, v = make(2, 16, 4, head_dim), make(2, 16, 2, head_dim)  # XSA, two heads per value head
+    _require_close("fused XSA op", ("forward", "dy", "dv"), lambda: fused_xsa_op()(y, v),
+                   lambda: exclusive_self_attention(y, v), (y, v), grads[0].repeat(1, 1, 2, 1), 1e-4, 1.0)
+
+def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
+    """The fused MLP op vs leaky_relu_sq_mlp() in bf16 on a ragged row count (masked edge tiles), forward and all
+    three gradients; the tolerance covers bf16 rounding of the hidden layer, not a wrong activation or transpose."""
+    generator = torch.Generator().manual_seed(0)
+    hidden_dim = 3 * model_dim
+
+    def make(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
+    x, grad = make(1, 200, model_dim), make(1, 200, model_dim)
+    w_up, w_down = make(hidden_dim, model_dim, scale=model_dim ** -0.5), make(model_dim, hidden_dim,
+                                                                             scale=hidden_dim ** -0.5)
+    inputs = (x, w_up, w_down)
+    _require_close("fused MLP kernel", ("forward", "dx", "dw_up", "dw_down"), lambda: fused_mlp_op()(*inputs),
+                   lambda: leaky_relu_sq_mlp(*(t.float() for t in inputs)), inputs, grad, 3e-2, 0.0)
+
+def _require_close(what: str, names: Sequence[str], fused: Callable, reference: Callable, inputs: tuple, grads,
+                   tolerance: float, floor: float) -> None:
+    """The probes' check: each output of fused() and each gradient of `inputs` (upstream `grads`) within
+    tolerance * max(floor, largest |reference value|) of reference()'s, else a RuntimeError naming it."""
+    results = []
+    for run in (fused, reference):
+        outputs = run()
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        results.append(outputs + torch.autograd.grad(outputs, inputs, grads))
+    for name, got, want in zip(names, *results):
+        error = (got.float() - want.float()).abs().max().item()
+        if not error <= tolerance * max(floor, want.abs().max().item()):
+            raise RuntimeError("%s differs from the PyTorch form: %s max error %.3g" % (what, name, error))
 
 
-class CausalSelfAttention(nn.Module):
-    """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
-
-    def __init__(self, h: Hyperparameters, use_xsa: bool):
-        super().__init__()
-        self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
-        self.head_dim = h.model_dim // h.num_heads
-        self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
-        self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
-        self.backend = "sdpa"
-        self.qkv_op: Optional[Callable] = None  # fused_qkv_heads_op() when QK_KERNEL selects Triton
-        self.xsa_op: Optional[Callable] = None  # fused_xsa_op(), likewise
-
-    def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
-                value_embed: Optional[Tensor]) -> Tensor:
-        batch, seq_len, _ = x.shape
-        if self.qkv_op is not None:
-            # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
-            # which takes GQA natively)
-            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
-            plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
-            qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
-            q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
-                                           self.num_heads, self.rope_dims, repeat, plain_v)
-            y = causal_attention(q, k, v, self.backend)
-            v = v_plain if plain_v else v
-        else:
-            q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
-            k = F.linear(x, w_k.to(x.dtype)).view(batch, seq_len, self.num_kv_heads, self.head_dim)
-            v = F.linear(x, w_v.to(x.dtype))
-            if value_embed is not None:
-                v = v + value_embed
-            v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
-            q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
-            y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
-        if self.use_xsa:  # v has the KV heads here (group H / Hkv)
-            y = (self.xsa_op or exclusive_self_attention)(y, v)
-        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
-
-
-class Block(nn.Module):
-    def __init__(self, h: Hyperparameters, layer_index: int):
-        super().__init__()
-        dim = h.model_dim
-        self.attn = CausalSelfAttention(h, use_xsa=layer_index >= h.num_layers - h.xsa_last_n)
-        self.attn_scale = nn.Parameter(torch.ones(dim))
-        self.mlp_scale = nn.Parameter(torch.ones(dim))
-        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
-        self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
-        self.mlp_op: Optional[Callable] = None  # fused_mlp_op() when MLP_KERNEL selects Triton
-
-    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
-        """x + attn_scale * attn(...), then + mlp_scale * mlp(...), with each per-channel scale folded into the rows
-        of the output projection's weight (scale * (a W^T) = a (scale * W)^T): the backward then reads the residual
-        gradient straight into the projection's GEMMs and gets d(scale) from the weight gradient, instead of
-        writing scale * gradient and reading the saved branch output per layer (bench/NOTES.md)."""
-        w_q, w_k, w_v, w_o, w_up, w_down = weights
-        mix = self.resid_mix.to(x.dtype)
-        x = mix[0] * x + mix[1] * x0
-        w_o = self.attn_scale[:, None] * w_o
-        x = x + self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
-        mlp = self.mlp_op or leaky_relu_sq_mlp
-        w_down = self.mlp_scale[:, None] * w_down
-        return x + mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
-
-
-class BigramHash(nn.Module):
-    """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
-
-    def __init__(self, h: Hyperparameters):
-        super().__init__()
-        self.buckets = h.bigram_vocab_size
-        self.embed = nn.Embedding(h.bigram_vocab_size, h.bigram_dim)
-        self.proj = CastedLinear(h.bigram_dim, h.model_dim)
-        self.scale = nn.Parameter(torch.tensor(0.05))
-
-    def bucket_ids(self, ids: Tensor) -> Tensor:
-        ids32 = ids.to(torch.int32)
-        modulus = self.buckets - 1
-        pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
-        first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
-        return torch.cat((first, pairs), dim=1)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.scale * self.proj(self.embed(self.bucket_ids(ids)))
-
-
-class SmearGate(nn.Module):
-    """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.gate = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        g = torch.sigmoid(self.gate.to(x.dtype))
-        return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
-
-
-class ValueEmbedding(nn.Module):
-    """Shared token -> value-space embedding added to v in the VE layers, each with its own scalar."""
-
-    def __init__(self, h: Hyperparameters):
-        super().__init__()
-        kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
-        self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
-        self.proj = CastedLinear(h.ve_dim, kv_dim)
-        self.scale = nn.Parameter(torch.tensor(0.1))
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.scale * self.proj(self.embed(ids))
-
-
-class GPT(nn.Module):
-    """Weights of all attention/MLP matrices live in four banks (one Muon update per bank):
-    qo_bank (2n, d, d) = [W_q of layers 0..n-1, W_o of layers 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...];
-    mlp_up_bank (n, F, d); mlp_down_bank (n, d, F)."""
-
-    def __init__(self, h: Hyperparameters):
-        super().__init__()
-        n, dim = h.num_layers, h.model_dim
-        kv_dim = h.num_kv_heads * (dim // h.num_heads)
-        hidden = int(h.mlp_mult * dim)
-        self.num_layers, self.logit_softcap = n, h.logit_softcap
-        self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
-        self.tok_emb = nn.Embedding(h.vocab_size, dim)
-        self.bigram = BigramHash(h)
-        self.smear = SmearGate(dim)
-        self.num_encoder_layers = n // 2
-        self.skip_weights = nn.Parameter(torch.ones(min(self.num_encoder_layers, n - self.num_encoder_layers), dim))
-        self.qo_bank = nn.Parameter(torch.empty(2 * n, dim, dim))
-        self.kv_bank = nn.Parameter(torch.empty(2 * n, kv_dim, dim))
-        self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
-        self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
-        self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
-        self.ve_layers = h.ve_layer_indices
-        self.ve_shared = ValueEmbedding(h) if self.ve_layers else None
-        self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
-        self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
-        self._init_weights(h)
-
-    @torch.no_grad()
-    def _init_weights(self, h: Hyperparameters) -> None:
-        n = self.num_layers
-        nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
-        nn.init.zeros_(self.bigram.embed.weight)
-        nn.init.orthogonal_(self.bigram.proj.weight)
-        for i in range(n):
-            nn.init.orthogonal_(self.qo_bank[i])
-            nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
-            nn.init.orthogonal_(self.kv_bank[i])
-            nn.init.orthogonal_(self.kv_bank[n + i])
-            nn.init.orthogonal_(self.mlp_up_bank[i])
-            nn.init.zeros_(self.mlp_down_bank[i])
-        if self.ve_shared is not None:
-            nn.init.normal_(self.ve_shared.embed.weight, std=0.01)
-            nn.init.orthogonal_(self.ve_shared.proj.weight)
-        if self.lm_head is not None:
-            nn.init.zeros_(self.lm_head.weight)
-
-    def set_attention_backend(self, backend: str, qk_kernel: str = "torch") -> None:
-        triton_ops = (fused_qkv_heads_op(), fused_xsa_op()) if qk_kernel == "triton" else (None, None)
-        for block in self.blocks:
-            block.attn.backend, (block.attn.qkv_op, block.attn.xsa_op) = backend, triton_ops
-
-    def set_mlp_kernel(self, mlp_kernel: str) -> None:
-        mlp_op = fused_mlp_op() if mlp_kernel == "triton" else None
-        for block in self.blocks:
-            block.mlp_op = mlp_op
-
-    def set_qat(self, enabled: bool) -> None:
-        for module in self.modules():
-            if isinstance(module, CastedLinear):
-                module.qat_active.fill_(1.0 if enabled else 0.0)
-
-    def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
-        n = self.num_layers
-        return (self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i], self.qo_bank[n + i],
-                self.mlp_up_bank[i], self.mlp_down_bank[i])
-
-    def forward_hidden(self, ids: Tensor) -> Tensor:
-        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
-        x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
-        x = x0 = self.smear(x)
-        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype)
-        value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
-        skips = []
-        for i, block in enumerate(self.blocks):
-            if i >= self.num_encoder_layers and skips:
-                x = x + self.skip_weights[i - self.num_encoder_layers].to(x.dtype) * skips.pop()
-            ve = None
-            if i in self.ve_layers:
-                ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
-            x = block(x, x0, self.layer_weights(i), rope, ve)
-            if i < self.num_encoder_layers:
-                skips.append(x)
-        return x
-
-    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> fp32 soft-capped logits (..., V)."""
-        x = rms_norm(hidden)
-        logits = F.linear(x, self.tok_emb.weight.to(x.dtype)) if self.lm_head is None else self.lm_head(x)
-        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap)
-
-    def forward_logits(self, ids: Tensor) -> Tensor:
-        return self.logits_from_hidden(self.forward_hidden(ids))
-
-    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
-        logits = self.forward_logits(ids)
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-
-
-def build_model(h: Hyperparameters, device: torch.device) -> GPT:
-    """Seeded fp32 build on CPU, then the record's dtype recipe on CUDA: bf16 except the banks, CastedLinear
-    weights and every 0-D/1-D parameter, which go back to fp32 (so only the embeddings stay bf16)."""
-    random.seed(h.seed)
-    np.random.seed(h.seed)
-    torch.manual_seed(h.seed)
-    model = GPT(h)
-    if device.type == "cuda":
-        model = model.to(device).bfloat16()
-        keep_fp32 = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
-        for name, param in model.named_parameters():
-            if name.endswith("_bank") or id(param) in keep_fp32 or param.ndim < 2:
-                param.data = param.data.float()
-    return model.to(device)
-
-
-# ==== 5. OPTIMIZERS ====
+# ==== 6. OPTIMIZERS ====
 def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
     """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
     a, b, c = 3.4445, -4.7750, 2.0315
@@ -1576,17 +1552,12 @@ def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
         x = a * x + (b * gram + c * (gram @ gram)) @ x
     return x.mT if transposed else x
 
-
 class ParallelMuon(torch.optim.Optimizer):
-    """Muon on the parameter banks with the record's communication overlap (SPEC §5), no DDP.
-
-    After backward (and clipping) the caller runs `launch_reduce_scatter()`: each bank's grad is copied into a
-    zero-padded buffer (rows padded to a multiple of the world size) and an async reduce-scatter (AVG) starts,
-    largest bank first. While those run, the caller all-reduces the small replicated grads and steps Adam. Then
-    `step()`: per bank, wait for its shard, apply Nesterov momentum and NS5 to this rank's rows only, start an
-    async all-gather of the update, and apply the previous bank's gathered update while this one is in flight.
-    Momentum lives in this rank's shard (optimizer state), so banks stay bit-identical across ranks. World size 1
-    runs the same code with the collectives skipped."""
+    """Muon on the banks with the record's communication overlap (SPEC §5), no DDP. launch_reduce_scatter(): each
+    bank's grad into a zero-padded buffer (rows a multiple of the world size), async reduce-scatter (AVG), largest
+    bank first; meanwhile the caller all-reduces the small grads and steps Adam. step(), per bank: wait for its shard,
+    Nesterov momentum and NS5 on this rank's rows, async all-gather of the update, and apply the previous bank's
+    update while this one is in flight. Momentum lives in the shard; banks stay bit-identical across ranks."""
 
     def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
                  weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype):
@@ -1660,7 +1631,6 @@ class ParallelMuon(torch.optim.Optimizer):
         bank.mul_(1.0 - group["lr"] * group["weight_decay"])
         bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
 
-
 class Optimizers:
     """Muon for the banks; AdamW for embeddings (one group each) and for scalars/small matrices; plain Adam for an
     untied head. `step` follows the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
@@ -1707,14 +1677,6 @@ class Optimizers:
         for optimizer in self.all:
             optimizer.zero_grad(set_to_none=True)
 
-    def state_dicts(self) -> List[dict]:
-        return [copy.deepcopy(optimizer.state_dict()) for optimizer in self.all]
-
-    def load_state_dicts(self, states: List[dict]) -> None:
-        for optimizer, state in zip(self.all, states):
-            optimizer.load_state_dict(state)
-
-
 def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
     """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
     if h.warmdown_iters <= 0:
@@ -1725,16 +1687,15 @@ def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
     remaining_ms = max(h.max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
 
-
 def muon_momentum_at(h: Hyperparameters, step: int) -> float:
     frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
     return (1.0 - frac) * h.muon_momentum_warmup_start + frac * h.muon_momentum
 
 
-# ==== 6. WEIGHT AVERAGING (training side) ====
+# ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
-    """fp32 EMA of the state_dict after every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY
-    steps once the LR scale is below 0.2; apply_weight_average() applies them at the end."""
+    """fp32 EMA of the state_dict every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY steps
+    once the LR scale is below 0.2."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
@@ -1764,14 +1725,34 @@ class WeightAverages:
         self.swa_count += 1
         return self.swa_count == 1
 
+def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> str:
+    """Load the end-of-run average into `model` (strict, own dtypes): "swa" (the snapshots' mean, which the record
+    computed and dropped), else "ema" (the record), or "raw" (EMA_ENABLED=0 and no SWA: trained weights)."""
+    if averages.swa_enabled and averages.swa_count == 0:
+        logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
+    if averages.swa_enabled and averages.swa_count > 0:
+        source, kind = {k: t / averages.swa_count for k, t in averages.swa_sum.items()}, "swa"
+        logger.log(f"swa:applying SWA weights snapshots:{averages.swa_count}")
+    elif averages.ema is not None:
+        source, kind = averages.ema, "ema"
+        logger.log("ema:applying EMA weights")
+    else:
+        logger.log("ema:disabled keeping the trained weights")
+        return "raw"
+    current = model.state_dict()
+    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in current.items()}, strict=True)
+    return kind
 
-# ==== 7. EVALUATION: BYTE TABLES AND PLAIN VALIDATION ====
+
+# ==== 8. EVALUATION ====
+RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
+TTT_LOG_EVERY_CHUNKS = 10
+
 @dataclass(frozen=True)
 class ByteTables:
     base_bytes: Tensor  # int64 (V,): UTF-8 bytes of the piece without its leading "▁"
     has_leading_space: Tensor  # bool (V,): the piece starts with "▁" (one more byte unless after a boundary)
     is_boundary: Tensor  # bool (V,): control/unknown/unused ids (0 bytes, and no space byte after them)
-
 
 def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
     """SPEC §8 byte accounting for a SentencePiece model; its vocab must equal VOCAB_SIZE."""
@@ -1792,24 +1773,21 @@ def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
         base[token_id] = len(piece.encode("utf-8"))
     return ByteTables(*(torch.from_numpy(table).to(device) for table in (base, space, boundary)))
 
-
 def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
     """Bytes each target token adds to the text: its own bytes, plus 1 for a leading space unless it follows a
     boundary token (where the decoder drops that space)."""
     extra = tables.has_leading_space[target_ids] & ~tables.is_boundary[prev_ids]
     return tables.base_bytes[target_ids] + extra.to(torch.int64)
 
-
 @dataclass(frozen=True)
 class ValidationData:
     tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
-    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda)
+    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda, sliding windows, TTT)
     tables_cpu: ByteTables  # for counting on the host copies of each batch (VAL_BYTECOUNT_DEVICE=cpu)
 
     @property
     def num_targets(self) -> int:
         return self.tokens.size - 1
-
 
 def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:
     tokens = np.concatenate([load_data_shard(path) for path in list_shards(h.val_files, "validation")])
@@ -1823,27 +1801,27 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
         raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
                          % (h.val_files, too_large, h.vocab_size))
     tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
-    tables = ByteTables(*(t.to(device) for t in dataclasses.astuple(tables_cpu)))
+    tables = ByteTables(*(t.to(device) for t in astuple(tables_cpu)))
     return ValidationData(tokens[:usable + 1], tables, tables_cpu)
-
 
 def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
     val_loss = nll_sum / token_count
     return val_loss, val_loss / math.log(2.0) * (token_count / byte_count)
 
-
 def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, float]:
     """(val_loss, val_bpb) of this rank's fp64 [nll, targets, bytes] `sums` (left as is) summed over all ranks."""
     return bits_per_byte(*all_reduce_(sums.clone(), dist_info, "sum").tolist())
 
-
-def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData,
-               logger: Optional[Logger] = None) -> Tuple[float, float]:
-    """Non-overlapping TRAIN_SEQ_LEN sequences split contiguously over ranks, fed through the val prefetcher;
-    bytes counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: both give the same sums."""
+def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
+               loss_sum: Optional[Callable] = None, batch_seqs: int = 0) -> Tuple[float, float]:
+    """SPEC §8 plain eval, periodic and final: non-overlapping TRAIN_SEQ_LEN sequences split contiguously over
+    ranks, fed by the val feeder. loss_sum(x, y) is a batch's fp64 nll sum: by default the training forward's batch
+    mean times its targets, in batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps) tokens. Target bytes
+    are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: both give the same sums."""
     seq_len, every = h.train_seq_len, h.val_progress_log_every
+    loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
+    batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
-    batch_seqs = (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
 
     def build(spec):
@@ -1852,245 +1830,41 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: V
 
     sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
     model.eval()
-    with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feeder:
-        for batch in feeder:
+    with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
+        for index, ((x_cpu, y_cpu), (x, y)) in enumerate(feed):
             with autocast_context(dist_info):
-                loss = model(batch.x, batch.y).detach()
-            sums[0] += loss.double() * batch.y.numel()
-            sums[1] += batch.y.numel()
+                batch_nll = loss_sum(x, y)
+            sums[0] += batch_nll
+            sums[1] += y.numel()
             if h.val_bytecount_device == "cpu":
-                host_bytes += int(count_target_bytes(batch.x_cpu, batch.y_cpu, val.tables_cpu).sum())
+                host_bytes += int(count_target_bytes(x_cpu, y_cpu, val.tables_cpu).sum())
             else:
-                sums[2] += count_target_bytes(batch.x, batch.y, val.tables).sum().double()
-            if logger is not None and every > 0 and ((batch.index + 1) % every == 0 or batch.index + 1 == batch.total):
+                sums[2] += count_target_bytes(x, y, val.tables).sum().double()
+            if every > 0 and ((index + 1) % every == 0 or index + 1 == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
-                           % (dist_info.world_size, batch.index + 1, batch.total, (sums[0] / sums[1]).item(),
+                           % (dist_info.world_size, index + 1, len(specs), (sums[0] / sums[1]).item(),
                               int(sums[1].item())))
     sums[2] += host_bytes
     model.train(was_training)
     return reduced_loss_and_bpb(sums, dist_info)
 
+def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
+    """ids -> hidden states, compiled once per model (dynamic=False: callers keep one batch shape)."""
+    if compile_enabled(h, dist_info):
+        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
+    return model.forward_hidden
 
-# ==== 8. ARTIFACT AND FINAL EVALUATION ====
-ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
-RAW_MODEL_FILENAME = "final_model.pt"
-ARTIFACT_FILENAME = "final_model.int6.ptz"
-LZMA_PRESET = 6
-PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
-INT6_CATEGORIES = ("mlp", "attn")
-INT6_MAX = 31  # symmetric grid [-31, 31]
-INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
-INT8_MAX = 127
-INT8_CLIP_QUANTILE = 0.9999984
-RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
-TTT_LOG_EVERY_CHUNKS = 10
-# Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
-BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
-               "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
+def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
+    """plain_eval's loss_sum through the scoring forward of the final evals: per-target nll summed in fp64, each
+    batch padded to `rows` sequences so the compiled forward keeps one shape."""
+    def loss_sum(x: Tensor, y: Tensor) -> Tensor:
+        logits = model.logits_from_hidden(hidden_forward(F.pad(x, (0, 0, 0, rows - x.size(0)))))[:x.size(0)]
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").double().sum()
+    return loss_sum
 
-
-class ArtifactTooLargeError(RuntimeError):
-    """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
-
-
-def control_tensor_patterns(h) -> tuple:
-    return tuple(part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip())
-
-
-def apply_weight_average(h, logger, model: nn.Module, averages: WeightAverages) -> str:
-    """Load the end-of-run average into `model` (strict, own dtypes): "swa" (the snapshots' mean, which the record
-    computed and dropped), else "ema" (the record), or "raw" (EMA_ENABLED=0 and no SWA: trained weights)."""
-    if averages.swa_enabled and averages.swa_count == 0:
-        logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
-    if averages.swa_enabled and averages.swa_count > 0:
-        source, kind = {k: t / averages.swa_count for k, t in averages.swa_sum.items()}, "swa"
-        logger.log(f"swa:applying SWA weights snapshots:{averages.swa_count}")
-    elif averages.ema is not None:
-        source, kind = averages.ema, "ema"
-        logger.log("ema:applying EMA weights")
-    else:
-        logger.log("ema:disabled keeping the trained weights")
-        return "raw"
-    current = model.state_dict()
-    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in current.items()}, strict=True)
-    return kind
-
-
-def bank_row_names(bank_name: str, num_rows: int) -> List[str]:
-    """The per-layer names of a bank's rows, in row order (BANK_LAYOUT)."""
-    parts = BANK_LAYOUT[bank_name]
-    return [f"blocks.{layer}.{part}" for part in parts for layer in range(num_rows // len(parts))]
-
-
-def unbank_state_dict(state: dict) -> dict:
-    """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
-    flat = {}
-    for name, tensor in state.items():
-        if name in BANK_LAYOUT:
-            flat.update((key, tensor[row]) for row, key in enumerate(bank_row_names(name, tensor.shape[0])))
-        else:
-            flat[name] = tensor
-    return flat
-
-
-def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
-    """Inverse of unbank_state_dict, with the keys (and key order) of `banked_template`."""
-    return {name: torch.stack([flat[key] for key in bank_row_names(name, like.shape[0])])
-            if name in BANK_LAYOUT else flat[name] for name, like in banked_template.items()}
-
-
-def tensor_category(name: str) -> str:
-    if "tok_emb" in name or "lm_head" in name:
-        return "embed"
-    if ".mlp." in name:
-        return "mlp"
-    return "attn" if ".attn." in name or ".proj." in name else "other"
-
-
-def quantization_kind(name: str, tensor: Tensor, control_patterns: tuple) -> str:
-    """SPEC §7.4 rules, in order. Small floats go fp16 before the control check, as in the record, so control
-    tensors (all small here) end up fp16 too; the fp32 rule only catches large control tensors."""
-    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
-        return "passthrough"
-    if any(pattern in name for pattern in control_patterns):
-        return "passthrough_ctrl"
-    return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
-
-
-def quantize_int6_rows(weight: Tensor) -> tuple:
-    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale). Per candidate quantile p:
-    clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is computed from that fp16 scale so
-    q*scale is exactly what dequantizes. The first candidate with strictly lower whole-tensor MSE wins."""
-    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
-    levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
-    best_error, best_q, best_scale = None, None, None
-    for clip in torch.quantile(rows.abs(), levels, dim=1):  # (candidates, rows), linear interpolation
-        scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
-        scale_column = scale.float()[:, None]
-        q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
-        error = (rows - q * scale_column).square().mean()
-        if best_error is None or error < best_error:
-            best_error, best_q, best_scale = error, q, scale
-    return best_q.to(torch.int8).reshape(weight.shape), best_scale
-
-
-def quantize_int8_rows(weight: Tensor) -> tuple:
-    """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
-    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)
-    clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
-    scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
-    clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
-    q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
-    return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
-
-
-def quantize_state_dict(flat_state: dict, control_patterns: tuple) -> tuple:
-    """-> (tensors, meta) on CPU. Every stored tensor is a fresh copy: saving a view of a bank row would make
-    torch.save write the whole bank storage."""
-    tensors, meta = {}, {}
-    for name, tensor in flat_state.items():
-        kind = quantization_kind(name, tensor, control_patterns)
-        if kind in ("passthrough", "passthrough_ctrl"):
-            dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
-            dtype = torch.float32 if kind == "passthrough_ctrl" else dtype
-            tensors[name], meta[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True), kind
-        else:
-            q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
-            tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
-    return tensors, meta
-
-
-def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
-    """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
-    if set(meta) != set(template):
-        raise ValueError(f"artifact tensors differ from the model: missing {sorted(set(template) - set(meta))} "
-                         f"unexpected {sorted(set(meta) - set(template))}")
-    flat = {}
-    for name, like in template.items():
-        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
-        if tuple(stored.shape) != tuple(like.shape):
-            raise ValueError(f"artifact tensor {name} has shape {tuple(stored.shape)}, model has {tuple(like.shape)}")
-        if isinstance(meta[name], dict):
-            scale = tensors[name + ".scale"].float()
-            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
-        flat[name] = stored.to(like.dtype)
-    return flat
-
-
-def serialize_artifact(tensors: dict, meta: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save({"w": tensors, "m": meta}, buffer)
-    return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
-
-
-def deserialize_artifact(blob: bytes) -> tuple:
-    """-> (tensors, meta). weights_only=True: the unpickler builds only tensors and plain containers, so a
-    crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked."""
-    payload = torch.load(io.BytesIO(lzma.decompress(blob)), map_location="cpu", weights_only=True)
-    if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
-        raise ValueError("artifact: expected a dict with exactly the keys 'w' and 'm'")
-    tensors, meta = payload["w"], payload["m"]
-    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
-        raise ValueError("artifact: 'w' must map names to tensors")
-    if not isinstance(meta, dict):
-        raise ValueError("artifact: 'm' must be a dict")
-    for name, kind in meta.items():
-        if kind not in ("passthrough", "passthrough_ctrl", {"type": "int6"}, {"type": "int8"}):
-            raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
-        needed = (name,) if isinstance(kind, str) else (name + ".q", name + ".scale")
-        if not all(key in tensors for key in needed):
-            raise ValueError(f"artifact: missing tensors {needed} for {name}")
-    return tensors, meta
-
-
-def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
-    """SPEC §9 line 21 and the budget: code bytes + compressed model bytes against the decimal 16,000,000; over
-    it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
-    total_bytes = artifact_bytes + code_bytes
-    logger.log(f"Serialized model: {raw_model_bytes} bytes")
-    logger.log(f"Code size: {code_bytes} bytes")
-    logger.log(f"Serialized model int6+lzma: {artifact_bytes} bytes")
-    logger.log(f"Total submission size int6+lzma: {total_bytes} bytes")
-    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} "
-               f"total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES}")
-    if total_bytes > ARTIFACT_LIMIT_BYTES:
-        message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
-                   f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
-        logger.log(message)
-        if h.artifact_limit_strict:
-            raise ArtifactTooLargeError(message)
-    return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
-            "total_bytes": total_bytes}
-
-
-def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str) -> dict:
-    """Rank 0 writes final_model.pt and the int6+lzma artifact; after a barrier every rank accounts the bytes
-    from the file sizes, so a strict-limit failure raises on all ranks alike."""
-    raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
-    artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
-    if dist_info.is_main:
-        state = model.state_dict()
-        torch.save(state, raw_path)
-        started = time.perf_counter()
-        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), control_tensor_patterns(h)))
-        with open(artifact_path, "wb") as handle:
-            handle.write(blob)
-        logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
-    barrier(dist_info)
-    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),
-                                    code_bytes)
-
-
-def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
-    """Reads the artifact into a fresh model from make_model() (the dtype recipe), loaded strictly."""
-    with open(artifact_path, "rb") as handle:
-        tensors, meta = deserialize_artifact(handle.read())
-    model = make_model()
-    template = model.state_dict()
-    flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
-    model.load_state_dict(rebank_state_dict(flat, template), strict=True)
-    return model.eval()
-
+def device_tokens(validation_data: ValidationData, device: torch.device) -> Tensor:
+    """The val tokens as one int32 device tensor: sliding and TTT batches are gathered from it, no H2D copies."""
+    return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
 
 def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Tensor:
     """SPEC §8, every target exactly once: window 0 scores targets [0, window_len), window ws > 0 scores
@@ -2099,11 +1873,9 @@ def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Ten
     later_windows = max(0, ceil_div(num_targets - window_len, stride))
     return torch.arange(later_windows + 1, dtype=torch.int64) * stride
 
-
 def window_first_scored(window_starts: Tensor, window_len: int, stride: int) -> Tensor:
     """Global index of each window's first scored target."""
     return torch.where(window_starts == 0, 0, window_starts + window_len - stride)
-
 
 def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stride: int) -> tuple:
     """-> x, y (B, seq_len) int64, score_mask bool; target j is tokens[j + 1]. Positions past the end are zero
@@ -2117,32 +1889,18 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
     return x, y, score_mask
 
-
-def device_tokens(validation_data: ValidationData, device: torch.device) -> Tensor:
-    """The val tokens as one int32 device tensor: sliding and TTT batches are gathered from it, no H2D copies."""
-    return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
-
-
-def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
-    """ids -> hidden states, compiled once per model; every call has one shape, so scoring never recompiles."""
-    if compile_enabled(h, dist_info):
-        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
-    return model.forward_hidden
-
-
-def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
-                  stride: int, sums: Tensor, recorder: Optional[Callable] = None, tag: int = -1) -> None:
+def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, stride: int,
+                  sums: Tensor) -> None:
     """Adds the scored targets of `window_starts` (CPU, this rank's) to the fp64 [nll, targets, bytes] `sums`
-    without host syncs. Call under inference_mode. Only scored positions reach the output projection: a batch
-    without window 0 projects just hidden[:, -stride:]. recorder("score", tag, targets, nll) is for tests."""
-    batch_seqs = h.eval_batch_seqs
+    without host syncs; call under inference_mode. Batches are padded to EVAL_BATCH_SEQS windows (one compiled
+    shape), and only scored positions reach the output projection: without window 0, just hidden[:, -stride:]."""
+    batch_seqs, window_len = h.eval_batch_seqs, h.effective_eval_seq_len
     num_targets = tokens.numel() - 1
     padding = -window_starts.numel() % batch_seqs
     device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
     for begin in range(0, window_starts.numel(), batch_seqs):
         first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
-        batch_starts = device_starts[begin:begin + batch_seqs]
-        x, y, score_mask = build_window_batch(tokens, batch_starts, window_len, stride)
+        x, y, score_mask = build_window_batch(tokens, device_starts[begin:begin + batch_seqs], window_len, stride)
         with autocast_context(dist_info):
             logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
         x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
@@ -2150,31 +1908,17 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_st
         sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
         sums[1] += score_mask.sum()
         sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
-        if recorder is not None:
-            positions = batch_starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
-            recorder("score", tag, positions[score_mask].cpu(), nll[score_mask].cpu())
-
 
 def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
-                        stride: int, window_len: Optional[int] = None, recorder: Optional[Callable] = None) -> tuple:
-    """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split by rank in contiguous
-    ranges. With stride == window_len this is the plain eval (every position scored once)."""
-    window_len = window_len or h.effective_eval_seq_len
-    starts = sliding_window_starts(tokens.numel() - 1, window_len, stride)
+                        stride: int) -> tuple:
+    """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split contiguously by rank."""
+    starts = sliding_window_starts(tokens.numel() - 1, h.effective_eval_seq_len, stride)
     begin, end = rank_range(starts.numel(), dist_info)
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
     with torch.inference_mode():
-        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], window_len, stride,
-                      sums, recorder)
+        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], stride, sums)
     return reduced_loss_and_bpb(sums, dist_info)
-
-
-def plain_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
-    """SPEC §8 plain eval through the scoring forward, sharing its compile (= plain_eval up to fp sum order)."""
-    return sliding_window_eval(h, dist_info, model, hidden_forward, tokens, tables, h.train_seq_len,
-                               h.train_seq_len)
-
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
                              chunk_tokens: int) -> list:
@@ -2183,7 +1927,6 @@ def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int
     num_chunks = ceil_div(num_targets, chunk_tokens)
     chunk_of_window = (window_first_scored(window_starts, window_len, stride) // chunk_tokens).clamp_max(num_chunks - 1)
     return list(torch.split(window_starts, torch.bincount(chunk_of_window, minlength=num_chunks).tolist()))
-
 
 def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
     """-> (trainable params, {param index: frozen bank rows}, frozen element count). Blocks 0..k-1 are frozen
@@ -2206,10 +1949,8 @@ def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
         trainable.append(param)
     return trainable, frozen_bank_rows, frozen_count
 
-
 def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, frozen_bank_rows: dict,
-                   tokens: Tensor, chunk_begin: int, chunk_end: int, recorder: Optional[Callable],
-                   chunk_index: int) -> None:
+                   tokens: Tensor, chunk_begin: int, chunk_end: int) -> None:
     """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end) only, all already
     scored). Every rank takes the same number of steps, so the per-tensor AVG all-reduces always pair up."""
     seq_len = h.effective_eval_seq_len
@@ -2223,13 +1964,10 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
             begin = first_sequence + step * h.ttt_batch_seqs
             end = min(begin + h.ttt_batch_seqs, end_sequence)
             if end > begin:
-                target_begin, target_end = chunk_begin + begin * seq_len, chunk_begin + end * seq_len
-                span = tokens[target_begin:target_end + 1].long()
+                span = tokens[chunk_begin + begin * seq_len:chunk_begin + end * seq_len + 1].long()
                 with autocast_context(dist_info):
                     loss = model(span[:-1].view(-1, seq_len), span[1:].view(-1, seq_len))
                 loss.backward()
-                if recorder is not None:
-                    recorder("train", chunk_index, torch.arange(target_begin, target_end))
             for param in trainable:
                 all_reduce_(param.grad, dist_info, op="avg")
             for index, rows in frozen_bank_rows.items():
@@ -2238,9 +1976,7 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
             optimizer.step()
     model.eval()
 
-
-def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
-             recorder: Optional[Callable] = None) -> tuple:
+def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
     """Legal score-first TTT (SPEC §8): for each chunk, score its windows under inference_mode with the current
     weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
     started = time.perf_counter()
@@ -2261,14 +1997,13 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     for chunk_index, chunk_starts in enumerate(chunks):
         begin, end = rank_range(chunk_starts.numel(), dist_info)
         with torch.inference_mode():
-            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end],
-                          window_len, stride, sums, recorder, chunk_index)
+            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end], stride, sums)
         if chunk_index < last_chunk:
             chunk_begin = chunk_index * h.ttt_chunk_tokens
             for group in optimizer.param_groups:
                 group["lr"] = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
             train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
-                           min(chunk_begin + h.ttt_chunk_tokens, num_targets), recorder, chunk_index)
+                           min(chunk_begin + h.ttt_chunk_tokens, num_targets))
         if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
             # Running bpb over all ranks (the record printed rank 0's share, which can be empty early on).
             running_bpb = reduced_loss_and_bpb(sums, dist_info)[1]
@@ -2281,7 +2016,6 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     logger.log(f"ttt_sliding:done val_loss={val_loss:.6f} val_bpb={val_bpb:.6f} "
                f"elapsed={time.perf_counter() - started:.1f}s")
     return val_loss, val_bpb
-
 
 def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "") -> tuple:
     """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`."""
@@ -2296,171 +2030,185 @@ def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, e
     return val_loss, val_bpb
 
 
-def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, validation_data, code_bytes: int,
-                         make_model: Callable, output_dir: str = ".") -> dict:
-    """SPEC §9 lines 19-24: average -> post-average eval -> artifact + bytes -> round-trip eval of the reloaded
-    artifact -> sliding eval -> legal TTT. Every score after the artifact is of the round-tripped model.
-    `model` is the uncompiled trained model; make_model() builds a fresh one (dtype recipe, attention backend).
-    All evals run through one compiled scoring forward: a new model instance of the same recipe reuses the
-    compiled code, so only the first eval pays the compile."""
-    tokens, tables = device_tokens(validation_data, dist_info.device), validation_data.tables
-    results = {"average": apply_weight_average(h, logger, model, averages)}
-    trained_forward = make_hidden_forward(h, dist_info, model)
-    results["post_average"] = timed_eval(
-        dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
-        evaluate=lambda: plain_window_eval(h, dist_info, model, trained_forward, tokens, tables))
-    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
-    eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
-    eval_forward = make_hidden_forward(h, dist_info, eval_model)
-    results["roundtrip"] = timed_eval(
-        dist_info, logger, "final_int6_roundtrip", exact=True,
-        evaluate=lambda: plain_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables))
-    strides = [h.eval_stride]
-    if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
-        strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score
-    for stride in strides:
-        label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
-        results[label] = timed_eval(
-            dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
-            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, tables, stride))
-    if h.ttt_enabled:
-        results["legal_ttt"] = timed_eval(
-            dist_info, logger, "legal_ttt", exact=True,
-            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, tables))
-    return results
+# ==== 9. ARTIFACT ====
+ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
+RAW_MODEL_FILENAME = "final_model.pt"
+ARTIFACT_FILENAME = "final_model.int6.ptz"
+LZMA_PRESET = 6
+PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
+INT6_CATEGORIES = ("mlp", "attn")
+INT6_MAX = 31  # symmetric grid [-31, 31]
+INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
+INT8_MAX = 127
+INT8_CLIP_QUANTILE = 0.9999984
+# Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
+BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
+               "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
+
+class ArtifactTooLargeError(RuntimeError):
+    """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
+
+def bank_row_names(bank_name: str, num_rows: int) -> List[str]:
+    """The per-layer names of a bank's rows, in row order (BANK_LAYOUT)."""
+    parts = BANK_LAYOUT[bank_name]
+    return [f"blocks.{layer}.{part}" for part in parts for layer in range(num_rows // len(parts))]
+
+def unbank_state_dict(state: dict) -> dict:
+    """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
+    flat = {}
+    for name, tensor in state.items():
+        if name in BANK_LAYOUT:
+            flat.update((key, tensor[row]) for row, key in enumerate(bank_row_names(name, tensor.shape[0])))
+        else:
+            flat[name] = tensor
+    return flat
+
+def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
+    """Inverse of unbank_state_dict, with the keys (and key order) of `banked_template`."""
+    return {name: torch.stack([flat[key] for key in bank_row_names(name, like.shape[0])])
+            if name in BANK_LAYOUT else flat[name] for name, like in banked_template.items()}
+
+def tensor_category(name: str) -> str:
+    if "tok_emb" in name or "lm_head" in name:
+        return "embed"
+    if ".mlp." in name:
+        return "mlp"
+    return "attn" if ".attn." in name or ".proj." in name else "other"
+
+def quantization_kind(name: str, tensor: Tensor) -> str:
+    """SPEC §7.4: non-float or small -> passthrough (floats as fp16), int6 categories -> int6, the rest -> int8.
+    (The record's fp32 rule for large control tensors cannot fire: every control tensor is small.)"""
+    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
+        return "passthrough"
+    return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
+
+def quantize_int6_rows(weight: Tensor) -> tuple:
+    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale). Per candidate quantile p:
+    clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is computed from that fp16 scale so
+    q*scale is exactly what dequantizes. The first candidate with strictly lower whole-tensor MSE wins."""
+    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
+    levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
+    best_error, best_q, best_scale = None, None, None
+    for clip in torch.quantile(rows.abs(), levels, dim=1):  # (candidates, rows), linear interpolation
+        scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
+        scale_column = scale.float()[:, None]
+        q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
+        error = (rows - q * scale_column).square().mean()
+        if best_error is None or error < best_error:
+            best_error, best_q, best_scale = error, q, scale
+    return best_q.to(torch.int8).reshape(weight.shape), best_scale
+
+def quantize_int8_rows(weight: Tensor) -> tuple:
+    """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
+    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)
+    clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
+    scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
+    clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
+    q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
+    return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
+
+def quantize_state_dict(flat_state: dict) -> tuple:
+    """-> (tensors, meta) on CPU. Every stored tensor is a fresh copy: saving a view of a bank row would make
+    torch.save write the whole bank storage."""
+    tensors, meta = {}, {}
+    for name, tensor in flat_state.items():
+        kind = quantization_kind(name, tensor)
+        if kind == "passthrough":
+            dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
+            tensors[name], meta[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True), kind
+        else:
+            q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+            tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
+    return tensors, meta
+
+def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
+    """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
+    if set(meta) != set(template):
+        raise ValueError(f"artifact tensors differ from the model: missing {sorted(set(template) - set(meta))} "
+                         f"unexpected {sorted(set(meta) - set(template))}")
+    flat = {}
+    for name, like in template.items():
+        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
+        if tuple(stored.shape) != tuple(like.shape):
+            raise ValueError(f"artifact tensor {name} has shape {tuple(stored.shape)}, model has {tuple(like.shape)}")
+        if isinstance(meta[name], dict):
+            scale = tensors[name + ".scale"].float()
+            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
+        flat[name] = stored.to(like.dtype)
+    return flat
+
+def serialize_artifact(tensors: dict, meta: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"w": tensors, "m": meta}, buffer)
+    return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
+
+def deserialize_artifact(blob: bytes) -> tuple:
+    """-> (tensors, meta). weights_only=True: the unpickler builds only tensors and plain containers, so a
+    crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked."""
+    payload = torch.load(io.BytesIO(lzma.decompress(blob)), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
+        raise ValueError("artifact: expected a dict with exactly the keys 'w' and 'm'")
+    tensors, meta = payload["w"], payload["m"]
+    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
+        raise ValueError("artifact: 'w' must map names to tensors")
+    if not isinstance(meta, dict):
+        raise ValueError("artifact: 'm' must be a dict")
+    for name, kind in meta.items():
+        if kind not in ("passthrough", {"type": "int6"}, {"type": "int8"}):
+            raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
+        needed = (name,) if isinstance(kind, str) else (name + ".q", name + ".scale")
+        if not all(key in tensors for key in needed):
+            raise ValueError(f"artifact: missing tensors {needed} for {name}")
+    return tensors, meta
+
+def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
+    """SPEC §9 line 21 and the budget: code bytes + compressed model bytes against the decimal 16,000,000; over
+    it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
+    total_bytes = artifact_bytes + code_bytes
+    logger.log(f"Serialized model: {raw_model_bytes} bytes")
+    logger.log(f"Code size: {code_bytes} bytes")
+    logger.log(f"Serialized model int6+lzma: {artifact_bytes} bytes")
+    logger.log(f"Total submission size int6+lzma: {total_bytes} bytes")
+    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} "
+               f"total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES}")
+    if total_bytes > ARTIFACT_LIMIT_BYTES:
+        message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
+                   f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
+        logger.log(message)
+        if h.artifact_limit_strict:
+            raise ArtifactTooLargeError(message)
+    return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
+            "total_bytes": total_bytes}
+
+def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str) -> dict:
+    """Rank 0 writes final_model.pt and the int6+lzma artifact; after a barrier every rank accounts the bytes
+    from the file sizes, so a strict-limit failure raises on all ranks alike."""
+    raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
+    artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
+    if dist_info.is_main:
+        state = model.state_dict()
+        torch.save(state, raw_path)
+        started = time.perf_counter()
+        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state)))
+        with open(artifact_path, "wb") as handle:
+            handle.write(blob)
+        logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
+    barrier(dist_info)
+    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),
+                                    code_bytes)
+
+def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
+    """Reads the artifact into a fresh model from make_model() (the dtype recipe), loaded strictly."""
+    with open(artifact_path, "rb") as handle:
+        tensors, meta = deserialize_artifact(handle.read())
+    model = make_model()
+    template = model.state_dict()
+    flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
+    model.load_state_dict(rebank_state_dict(flat, template), strict=True)
+    return model.eval()
 
 
-# ==== 9. TRAINING ====
-_SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
-               "efficient": (False, False, True, False), "math": (False, False, False, True)}
-
-
-def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """(backend, reason), chosen once: FA3 on Hopper, else the first SDPA backend passing a fwd+bwd probe (cuDNN
-    first on Hopper: 2.48 vs 3.84 ms for flash on H100). ATTN_BACKEND forces one, failing loudly."""
-    if not dist_info.is_cuda:
-        if h.attn_backend not in ("auto", "math"):
-            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
-        return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
-    forced = h.attn_backend != "auto"
-    hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
-    candidates = [h.attn_backend] if forced else (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"])
-    failures = []
-    for backend in candidates + ([] if forced else ["efficient", "math"]):
-        try:
-            _probe_attention(backend, h.train_seq_len, h.num_heads, h.model_dim // h.num_heads, dist_info.device)
-            return backend, "; ".join(["forced by ATTN_BACKEND" if forced else "auto"] + failures)
-        except Exception as exc:  # the probe is the test of availability; every failure is reported
-            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-            failures.append("%s unavailable (%s)" % (backend, message))
-            if forced:
-                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
-    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
-
-
-def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
-    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled."""
-    if backend == "fa3":
-        if _flash_attn_func is None:
-            raise ImportError("flash_attn_interface not importable")
-        if torch.cuda.get_device_capability(device)[0] != 9:
-            raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
-    else:
-        cudnn, flash, efficient, math_sdp = _SDPA_FLAGS.get(backend, (False, False, False, False))
-        torch.backends.cuda.enable_cudnn_sdp(cudnn)
-        torch.backends.cuda.enable_flash_sdp(flash)
-        torch.backends.cuda.enable_mem_efficient_sdp(efficient)
-        torch.backends.cuda.enable_math_sdp(math_sdp)
-    q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
-    causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
-    torch.cuda.synchronize(device)
-
-
-def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
-    """(kernel, reason) for one of our fused Triton ops (QK_KERNEL, MLP_KERNEL), chosen once: on CUDA the op when
-    Triton imports and `probe` (fwd+bwd against the PyTorch form) passes, else the PyTorch form; `setting`
-    triton/torch forces one, and a forced triton that cannot run is an error."""
-    if setting == "torch":
-        return "torch", "forced by %s" % env_name
-    if setting == "auto" and not dist_info.is_cuda:
-        return "torch", "auto; CPU run"
-    try:
-        probe()
-        return "triton", "forced by %s" % env_name if setting == "triton" else "auto"
-    except Exception as exc:  # the probe is the test of availability; the failure is reported
-        message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        if setting == "triton":
-            raise RuntimeError("%s=triton cannot run here: %s" % (env_name, message)) from exc
-        return "torch", "auto; triton unavailable (%s)" % message
-
-
-def select_qk_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """The attention inputs (one q/k/v GEMM, then q/k RMSNorm + RoPE, q gain, GQA repeat) and XSA: QK_KERNEL (see
-    select_kernel)."""
-    return select_kernel("QK_KERNEL", h.qk_kernel,
-                         lambda: _probe_qk_kernel(h.model_dim // h.num_heads, h.rope_dims, dist_info.device),
-                         dist_info)
-
-
-def select_mlp_kernel(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """The LeakyReLU^2 MLP: MLP_KERNEL (see select_kernel)."""
-    return select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(h.model_dim, dist_info.device),
-                         dist_info)
-
-
-def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
-    """Fused q/k/v op vs the PyTorch form (qkv_heads) on a small GQA-shaped input with a value embedding: the four
-    outputs (the unrepeated v too) and the gradients of qkv, value_embed and gain, in fp32; then the fused XSA op vs
-    exclusive_self_attention, output and both gradients."""
-    if head_dim & (head_dim - 1):
-        raise ValueError("head_dim=%d is not a power of two" % head_dim)
-    generator = torch.Generator().manual_seed(0)
-
-    def make(*shape):
-        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
-    qkv, value_embed = make(2, 16, 4 * head_dim), make(2, 16, head_dim)
-    gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
-    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device) for heads in (2, 2, 2, 1)]
-    cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
-    inputs = (qkv, value_embed, gain)
-    outputs = (fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2, True),
-               qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2, True))
-    results = [out + torch.autograd.grad(out, inputs, grads) for out in outputs]
-    _require_close("fused q/k/v op", ("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"), results, 1e-4,
-                   1.0)
-    y, v = make(2, 16, 4, head_dim), make(2, 16, 2, head_dim)  # XSA, two heads per value head
-    outputs = (fused_xsa_op()(y, v), exclusive_self_attention(y, v))
-    results = [(out,) + torch.autograd.grad(out, (y, v), grads[0].repeat(1, 1, 2, 1)) for out in outputs]
-    _require_close("fused XSA op", ("forward", "dy", "dv"), results, 1e-4, 1.0)
-
-
-def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
-    """Fused MLP op vs the PyTorch form in bf16 on a ragged row count (masked edge tiles), forward and all three
-    gradients; the tolerance covers bf16 rounding of the hidden layer, not a wrong activation or transpose."""
-    generator = torch.Generator().manual_seed(0)
-    hidden_dim = 3 * model_dim
-
-    def make(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
-    x, grad = make(1, 200, model_dim), make(1, 200, model_dim)
-    w_up, w_down = make(hidden_dim, model_dim, scale=model_dim ** -0.5), make(model_dim, hidden_dim,
-                                                                             scale=hidden_dim ** -0.5)
-    inputs = (x, w_up, w_down)
-    outputs = (fused_mlp_op()(*inputs), leaky_relu_sq_mlp(*(t.float() for t in inputs)))
-    results = [(out,) + torch.autograd.grad(out, inputs, grad) for out in outputs]
-    _require_close("fused MLP kernel", ("forward", "dx", "dw_up", "dw_down"), results, 3e-2, 0.0)
-
-
-def _require_close(what: str, names: Sequence[str], results: Sequence[tuple], tolerance: float,
-                   floor: float) -> None:
-    """results = (fused outputs, reference outputs): each fused one within tolerance * max(floor, largest |reference|)
-    of its reference, else a RuntimeError naming the output and its error."""
-    for name, fused, reference in zip(names, *results):
-        error = (fused.float() - reference.float()).abs().max().item()
-        if not error <= tolerance * max(floor, reference.abs().max().item()):
-            raise RuntimeError("%s differs from the PyTorch form: %s max error %.3g" % (what, name, error))
-
-
+# ==== 10. TRAINING LOOP ====
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps = dist_info.grad_accum_steps
@@ -2476,7 +2224,6 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
         total += loss.detach()
     return total / steps
 
-
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
                       optimizers: Optimizers, make_loader) -> None:
     """WARMUP_STEPS real steps (base LRs, final momentum, no clipping) so compiling happens off the clock, then
@@ -2484,7 +2231,7 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
-    optimizer_states = optimizers.state_dicts()
+    optimizer_states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers.all]
     loader = make_loader()
     try:
         for k in range(1, h.warmup_steps + 1):
@@ -2497,16 +2244,15 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     finally:
         loader.close()
     base_model.load_state_dict(model_state)
-    optimizers.load_state_dicts(optimizer_states)
+    for optimizer, state in zip(optimizers.all, optimizer_states):
+        optimizer.load_state_dict(state)
     optimizers.zero_grad()
 
-
 class TrainTelemetry:
-    """Data wait (always: host time blocked on the loader + device time the compute stream waited for its
-    copies) and, with TRAINING_TIMING_BREAKDOWN, a per-phase line every TRAINING_TIMING_EVERY steps. Phases are
-    marked by events on the compute stream (host clocks on the CPU) and nothing synchronises until a line is
-    due, so prefetch and copy overlap stay on while measuring. A phase runs from the previous mark to its own,
-    idle waiting included: `batch` is what the compute stream actually spent waiting for / copying its data."""
+    """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and,
+    with TRAINING_TIMING_BREAKDOWN, per-phase times from events on the compute stream (host clocks on CPU): a phase
+    runs from the previous mark to its own, idle waiting included, and nothing syncs until a line is due, so the
+    prefetch and copy overlap stay on while measuring."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
         self.h, self.dist_info, self.logger = h, dist_info, logger
@@ -2567,7 +2313,6 @@ class TrainTelemetry:
         self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
             self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
 
-
 def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
           optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
@@ -2583,7 +2328,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 sync_device(dist_info)
                 val_start = time.perf_counter()
                 train_ms += 1000.0 * (val_start - t0)
-                val_loss, val_bpb = plain_eval(h, dist_info, model, val, logger)
+                val_loss, val_bpb = plain_eval(h, dist_info, logger, model, val)
                 logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
                 sync_device(dist_info)
@@ -2630,7 +2375,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     return averages
 
 
-# ==== 10. MAIN ====
+# ==== 11. MAIN ====
 def load_tokenizer(h: Hyperparameters):
     import sentencepiece as spm
 
@@ -2642,6 +2387,39 @@ def load_tokenizer(h: Hyperparameters):
                          % (h.vocab_size, h.tokenizer_path, sp.vocab_size()))
     return sp
 
+def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: ValidationData, code_bytes: int,
+                         make_model: Callable, output_dir: str = ".") -> dict:
+    """SPEC §9 lines 19-24: average, post-average eval, artifact + bytes, then evals of the reloaded artifact (round
+    trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one. All evals
+    share one compiled scoring forward (a new model instance of the same recipe reuses the compiled code)."""
+    tokens = device_tokens(val, dist_info.device)
+
+    def plain(eval_model: nn.Module, hidden_forward: Callable) -> Tuple[float, float]:
+        loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
+        return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs)
+
+    results = {"average": apply_weight_average(logger, model, averages)}
+    trained_forward = make_hidden_forward(h, dist_info, model)
+    results["post_average"] = timed_eval(dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
+                                         evaluate=lambda: plain(model, trained_forward))
+    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
+    eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
+    eval_forward = make_hidden_forward(h, dist_info, eval_model)
+    results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
+                                      evaluate=lambda: plain(eval_model, eval_forward))
+    strides = [h.eval_stride]
+    if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
+        strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score
+    for stride in strides:
+        label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
+        results[label] = timed_eval(
+            dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
+            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.tables, stride))
+    if h.ttt_enabled:
+        results["legal_ttt"] = timed_eval(
+            dist_info, logger, "legal_ttt", exact=True,
+            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.tables))
+    return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
     log_run_header(logger, h, code, environ)
@@ -2653,14 +2431,11 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     if dist_info.is_cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    backend, reason = select_attention_backend(h, dist_info)
-    qk_kernel, qk_reason = select_qk_kernel(h, dist_info)
-    mlp_kernel, mlp_reason = select_mlp_kernel(h, dist_info)
+    kernels = select_kernels(h, dist_info)
 
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
-        fresh.set_attention_backend(backend, qk_kernel)
-        fresh.set_mlp_kernel(mlp_kernel)
+        use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
         return fresh
 
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
@@ -2671,9 +2446,9 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     logger.log("XSA:last_%d active_layers:%s"
                % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]))
     logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
-    logger.log("attention_backend:%s (%s) torch_compile:%s" % (backend, reason, compiled))
-    logger.log("qk_kernel:%s (%s)" % (qk_kernel, qk_reason))
-    logger.log("mlp_kernel:%s (%s)" % (mlp_kernel, mlp_reason))
+    logger.log("attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled))
+    logger.log("qk_kernel:%s (%s)" % kernels["qk"])
+    logger.log("mlp_kernel:%s (%s)" % kernels["mlp"])
     logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
     logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
                % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
@@ -2693,7 +2468,6 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
     if h.final_eval:
         run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model)
-
 
 @record  # under torchrun, the failing rank's traceback becomes the job's reported root cause
 def main() -> int:
@@ -2720,7 +2494,6 @@ def main() -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

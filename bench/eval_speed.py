@@ -101,7 +101,7 @@ def main():
     hyperparameters = ev.Hyperparameters
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    dist_info = ev.DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cuda", 0))
+    dist_info = ev.DistInfo(rank=0, world_size=1, device=torch.device("cuda", 0))
     h = hyperparameters(torch_compile="1")
     model = random_model(ev, h, dist_info)
     print(f"device:{torch.cuda.get_device_name(0)} torch:{torch.__version__}")
@@ -123,7 +123,7 @@ def main():
                 hb, dist_info, model, hidden_forward, tokens, data.tables, 64))
             rows.append((f"ours sliding s64 b{batch_seqs}", label, seconds, loss, bpb))
     (tensors, meta), seconds = timed(dist_info, lambda: ev.quantize_state_dict(
-        ev.unbank_state_dict(model.state_dict()), ev.control_tensor_patterns(h)))
+        ev.unbank_state_dict(model.state_dict())))
     blob, lzma_seconds = timed(dist_info, lambda: ev.serialize_artifact(tensors, meta))
     print(f"export: quantize {seconds:.2f}s (on the GPU) lzma {lzma_seconds:.2f}s -> {len(blob)} bytes "
           "(random weights compress worse than trained ones)")

@@ -80,12 +80,18 @@ def fused_qkv(tg, gain_before_rope: bool = False):
     tg.CausalSelfAttention.forward = forward
 
 
+def force_torch(tg, env_name: str):
+    """The start-up choice gives the PyTorch form for `env_name` (QK_KERNEL or MLP_KERNEL), whatever it probes."""
+    select = tg.select_kernel
+    tg.select_kernel = lambda name, *args: ("torch", "variant") if name == env_name else select(name, *args)
+
+
 def qk_torch(tg):
-    tg.select_qk_kernel = lambda h, dist_info: ("torch", "variant")
+    force_torch(tg, "QK_KERNEL")
 
 
 def mlp_torch(tg):
-    tg.select_mlp_kernel = lambda h, dist_info: ("torch", "variant")
+    force_torch(tg, "MLP_KERNEL")
 
 
 def floor_mlp_gemms(tg):

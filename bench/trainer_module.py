@@ -23,6 +23,13 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
 def configure_kernels(tg, h, dist_info, model) -> tuple:
     """Selects attention backend, q/k kernel and MLP kernel as the trainer's `run` does and sets them on `model`;
     works for older trainers without those choices. Returns (short label, description with the reasons)."""
+    if hasattr(tg, "select_kernels"):
+        kernels = tg.select_kernels(h, dist_info)
+        tg.use_kernels(model, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
+        (backend, reason), (qk_kernel, qk_reason), (mlp_kernel, mlp_reason) = kernels.values()
+        return ("%s,qk:%s,mlp:%s" % (backend, qk_kernel, mlp_kernel),
+                "%s (%s) qk_kernel:%s (%s) mlp_kernel:%s (%s)" % (backend, reason, qk_kernel, qk_reason, mlp_kernel,
+                                                                  mlp_reason))
     backend, reason = tg.select_attention_backend(h, dist_info)
     if not hasattr(tg, "select_qk_kernel"):
         model.set_attention_backend(backend)

@@ -130,7 +130,7 @@ def test_model_variants_floors_remove_only_their_component():
     model_variants.floor_mlp_gemms(tg)
     w_up, w_down = torch.randn(96, 32, generator=generator), torch.randn(32, 96, generator=generator)
     torch.testing.assert_close(tg.leaky_relu_sq_mlp(x, w_up, w_down), x @ w_up.t() @ w_down.t())
-    assert tg.select_mlp_kernel(None, None)[0] == "torch"
+    assert tg.select_kernel("MLP_KERNEL", "auto", None, None)[0] == "torch"
     assert not torch.allclose(F.leaky_relu(x @ w_up.t(), 0.5).square() @ w_down.t(), x @ w_up.t() @ w_down.t())
 
     tg = load_trainer()

@@ -51,7 +51,7 @@ def tiny_h(ev, **overrides):
 
 
 def dist_info(ev):
-    return ev.DistInfo(rank=0, world_size=1, local_rank=0, device=CPU)
+    return ev.DistInfo(rank=0, world_size=1, device=CPU)
 
 
 def random_model(ev, h, seed=0):
@@ -108,33 +108,61 @@ def reference_sliding(ev, h, model, data, stride):
     return ev.bits_per_byte(nll_sum, target_count, byte_count)
 
 
-class Recorder:
-    def __init__(self):
-        self.events = []
+class ScoreObserver:
+    """Watches the scoring from outside the trainer (it carries no test hooks): wraps build_window_batch (each batch's
+    targets and score mask), the model's logits_from_hidden under inference mode (the scoring forward's logits, from
+    which the per-target nll is computed as score_windows does) and train_on_chunk (the chunk each TTT step trains on).
+    events, in call order: ("score", targets, nll) per scored batch and ("train", chunk_begin, chunk_end)."""
 
-    def __call__(self, kind, tag, targets, nll=None):
-        self.events.append((kind, tag, targets.tolist(), None if nll is None else nll.tolist()))
+    def __init__(self, ev, monkeypatch, model):
+        self.events, self._batch = [], None
+        build, train, logits_from_hidden = ev.build_window_batch, ev.train_on_chunk, model.logits_from_hidden
+
+        def build_window_batch(tokens, window_starts, seq_len, stride):
+            x, y, score_mask = build(tokens, window_starts, seq_len, stride)
+            self._batch = (y, score_mask, window_starts[:, None] + torch.arange(seq_len))
+            return x, y, score_mask
+
+        def observed_logits_from_hidden(hidden):
+            logits = logits_from_hidden(hidden)
+            if torch.is_inference_mode_enabled():  # scoring, not a TTT training step
+                width = logits.size(1)  # score_windows projects only the positions from the first scored one on
+                y, mask, targets = (t[:, -width:] for t in self._batch)
+                nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+                self.events.append(("score", targets[mask].tolist(), nll[mask].tolist()))
+            return logits
+
+        def train_on_chunk(*args):
+            self.events.append(("train",) + tuple(args[-2:]))
+            return train(*args)
+
+        monkeypatch.setattr(ev, "build_window_batch", build_window_batch)
+        monkeypatch.setattr(ev, "train_on_chunk", train_on_chunk)
+        monkeypatch.setattr(model, "logits_from_hidden", observed_logits_from_hidden)
 
     def scored(self):
-        return [j for kind, _, targets, _ in self.events if kind == "score" for j in targets]
+        return [j for event in self.events if event[0] == "score" for j in event[1]]
 
     def nll_by_target(self):
-        return {j: v for kind, _, targets, nll in self.events if kind == "score" for j, v in zip(targets, nll)}
+        return {j: v for event in self.events if event[0] == "score" for j, v in zip(event[1], event[2])}
 
 
 # ---- config ----
 
 def test_field_defaults_validate_and_errors_name_the_variable(ev):
-    assert ev.eval_config_errors(ev.Hyperparameters()) == []
-    assert ev.eval_config_errors(tiny_h(ev)) == []
+    ev.Hyperparameters().validate()
+    tiny_h(ev).validate()
     bad = tiny_h(ev, eval_stride=33, eval_batch_seqs=0, ttt_chunk_tokens=16, ttt_freeze_blocks=5, ttt_lr=0.0,
                  ttt_momentum=1.0, ttt_grad_clip=0.0, ttt_epochs=0, control_tensor_name_patterns="a,,b")
-    errors = "\n".join(ev.eval_config_errors(bad))
+    with pytest.raises(ev.ConfigError) as info:
+        bad.validate()
+    errors = "\n".join(info.value.errors)
     for name in ("EVAL_STRIDE=33", "EVAL_BATCH_SEQS=0", "TTT_CHUNK_TOKENS=16", "TTT_FREEZE_BLOCKS=5", "TTT_LR=0.0",
                  "TTT_MOMENTUM=1.0", "TTT_GRAD_CLIP=0.0", "TTT_EPOCHS=0", "CONTROL_TENSOR_NAME_PATTERNS='a,,b'"):
         assert name in errors
-    assert "EVAL_STRIDE=0" in "".join(ev.eval_config_errors(tiny_h(ev, eval_stride=0)))
-    assert ev.control_tensor_patterns(tiny_h(ev, control_tensor_name_patterns=" a, b.c ")) == ("a", "b.c")
+    assert len(info.value.errors) == 9
+    with pytest.raises(ev.ConfigError, match="EVAL_STRIDE=0"):
+        tiny_h(ev, eval_stride=0).validate()
 
 
 # ---- windows ----
@@ -188,14 +216,14 @@ def test_chunk_assignment_by_first_scored_target(ev):
 
 @pytest.mark.parametrize("num_targets,stride,batch_seqs", [(32 * 9, 8, 4), (32 * 9, 8, 3), (32 * 7, 32, 5),
                                                            (32 * 6, 5, 1)])
-def test_sliding_eval_scores_every_target_once_and_matches_reference(ev, num_targets, stride, batch_seqs):
+def test_sliding_eval_scores_every_target_once_and_matches_reference(ev, monkeypatch, num_targets, stride,
+                                                                   batch_seqs):
     h = tiny_h(ev, eval_batch_seqs=batch_seqs)
     model, data = random_model(ev, h), validation_data(ev, h, num_targets)
-    recorder = Recorder()
+    observer = ScoreObserver(ev, monkeypatch, model)
     tokens = ev.device_tokens(data, CPU)
-    loss, bpb = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.tables, stride,
-                                       recorder=recorder)
-    assert sorted(recorder.scored()) == list(range(num_targets))
+    loss, bpb = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.tables, stride)
+    assert sorted(observer.scored()) == list(range(num_targets))
     ref_loss, ref_bpb = reference_sliding(ev, h, model, data, stride)
     assert loss == pytest.approx(ref_loss, rel=1e-6) and bpb == pytest.approx(ref_bpb, rel=1e-6)
 
@@ -205,10 +233,11 @@ def test_sliding_eval_with_stride_equal_window_is_the_plain_eval(ev):
     model, data = random_model(ev, h), validation_data(ev, h, 32 * 10)
     tokens = ev.device_tokens(data, CPU)
     sliding = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.tables, 32)
-    plain = ev.plain_eval(h, dist_info(ev), model, data)  # the core's
+    plain = ev.plain_eval(h, dist_info(ev), ListLogger(), model, data)  # periodic: the training forward's batch mean
     assert sliding == pytest.approx(plain, rel=1e-6)
     long_h = tiny_h(ev, eval_seq_len=64)  # the plain eval keeps TRAIN_SEQ_LEN whatever the eval length
-    assert ev.plain_window_eval(long_h, dist_info(ev), model, model.forward_hidden, tokens, data.tables) == sliding
+    scoring = ev.scoring_loss_sum(model, model.forward_hidden, h.eval_batch_seqs)  # the final evals' form
+    assert ev.plain_eval(long_h, dist_info(ev), ListLogger(), model, data, scoring, h.eval_batch_seqs) == sliding
 
 
 def test_sliding_eval_is_gradient_free_and_leaves_weights_unchanged(ev):
@@ -229,43 +258,73 @@ def test_sliding_eval_is_gradient_free_and_leaves_weights_unchanged(ev):
 
 # ---- TTT ----
 
-def run_ttt(ev, h, model, data, recorder=None, hidden_forward=None):
+def run_ttt(ev, h, model, data, hidden_forward=None):
     logger = ListLogger()
     result = ev.ttt_eval(h, dist_info(ev), logger, model, hidden_forward or model.forward_hidden,
-                         ev.device_tokens(data, CPU), data.tables, recorder)
+                         ev.device_tokens(data, CPU), data.tables)
     return result, logger
 
 
-def test_ttt_scores_each_chunk_before_training_on_it_and_never_trains_the_last(ev):
+def test_ttt_scores_each_chunk_before_training_on_it_and_never_trains_the_last(ev, monkeypatch):
     h = tiny_h(ev)
     num_targets = 32 * 19  # 5 chunks of 128 targets, the last one partial
     model, data = random_model(ev, h), validation_data(ev, h, num_targets)
-    recorder, modes = Recorder(), []
+    observer, modes = ScoreObserver(ev, monkeypatch, model), []
 
     def hidden_forward(ids):  # the scoring forward: no autograd, no training-mode layers
         modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled(), model.training))
         return model.forward_hidden(ids)
 
-    run_ttt(ev, h, model, data, recorder, hidden_forward)
+    run_ttt(ev, h, model, data, hidden_forward)
     assert modes and set(modes) == {(True, False, False)}
     num_chunks = math.ceil(num_targets / h.ttt_chunk_tokens)
-    assert sorted(recorder.scored()) == list(range(num_targets))
-    scored_so_far, trained_chunks = set(), set()
-    for kind, chunk, targets, _ in recorder.events:
-        if kind == "score":
+    assert sorted(observer.scored()) == list(range(num_targets))
+    scored_so_far, trained_chunks, chunk_order = set(), set(), []
+    for event in observer.events:
+        if event[0] == "score":
+            chunk = min(event[1][0] // h.ttt_chunk_tokens, num_chunks - 1)  # a batch holds one chunk's windows
+            assert all(min(t // h.ttt_chunk_tokens, num_chunks - 1) == chunk for t in event[1])
             assert chunk not in trained_chunks  # a chunk's scoring is over before its training starts
-            scored_so_far.update(targets)
+            scored_so_far.update(event[1])
         else:
-            assert set(targets) <= scored_so_far  # nothing is trained on before it was scored
-            begin = chunk * h.ttt_chunk_tokens
-            assert all(begin <= t < begin + h.ttt_chunk_tokens for t in targets)  # only the chunk's own targets
+            _, begin, end = event
+            chunk = begin // h.ttt_chunk_tokens
+            assert begin == chunk * h.ttt_chunk_tokens and end == min(begin + h.ttt_chunk_tokens, num_targets)
+            assert set(range(begin, end)) <= scored_so_far  # nothing is trained on before it was scored
             trained_chunks.add(chunk)
+        chunk_order.append(chunk)
     assert trained_chunks == set(range(num_chunks - 1))  # the last chunk is never trained on
-    chunk_order = [chunk for _, chunk, _, _ in recorder.events]
     assert chunk_order == sorted(chunk_order)
 
 
-def test_ttt_scores_do_not_depend_on_later_tokens(ev):
+def test_train_on_chunk_trains_only_on_the_chunk_s_whole_sequences(ev):
+    """With tokens[j] = j the targets of a training sequence are its y values minus 1: every TTT step trains on
+    whole TTT_BATCH_SEQS-sized runs of the chunk's own sequences, TTT_EPOCHS passes, nothing past the chunk."""
+    h = tiny_h(ev)  # window 32, 2 sequences per step, 2 epochs
+    seen = []
+
+    class RecordingModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, x, y):
+            assert torch.equal(x + 1, y)
+            seen.append((y - 1).tolist())
+            return self.weight * y.float().mean()
+
+    model = RecordingModel()
+    trainable = list(model.parameters())
+    trainable[0].grad = torch.zeros(())
+    optimizer = torch.optim.SGD(trainable, lr=0.1)
+    ev.train_on_chunk(h, dist_info(ev), model, optimizer, trainable, {}, torch.arange(1000, dtype=torch.int32),
+                      128, 128 + 100)  # 100 targets: 3 whole sequences of 32, the last 4 targets in none
+    sequences = [list(range(128 + 32 * i, 160 + 32 * i)) for i in range(3)]
+    assert seen == [sequences[:2], sequences[2:]] * h.ttt_epochs
+    assert model.weight.item() != 0.0  # the steps were taken
+
+
+def test_ttt_scores_do_not_depend_on_later_tokens(ev, monkeypatch):
     """Causality of the whole procedure: perturbing tokens after chunk k leaves every score of chunks <= k
     bit-identical, although the weights adapt from chunk to chunk."""
     h = tiny_h(ev)
@@ -279,17 +338,18 @@ def test_ttt_scores_do_not_depend_on_later_tokens(ev):
     for tokens in (data.tokens, perturbed_tokens):
         model = ev.build_model(h, CPU)
         model.load_state_dict(model_state)
-        recorder = Recorder()
-        run_ttt(ev, h, model, make_validation_data(ev, tokens, data.tables), recorder)
-        results.append(recorder.nll_by_target())
+        with monkeypatch.context() as patches:
+            observer = ScoreObserver(ev, patches, model)
+            run_ttt(ev, h, model, make_validation_data(ev, tokens, data.tables))
+        results.append(observer.nll_by_target())
     assert all(results[0][j] == results[1][j] for j in range(cut))
     assert any(results[0][j] != results[1][j] for j in range(cut, num_targets))
-    plain_recorder = Recorder()
     plain_model = ev.build_model(h, CPU)
     plain_model.load_state_dict(model_state)
+    observer = ScoreObserver(ev, monkeypatch, plain_model)
     ev.sliding_window_eval(h, dist_info(ev), plain_model.eval(), plain_model.forward_hidden,
-                           ev.device_tokens(data, CPU), data.tables, h.eval_stride, recorder=plain_recorder)
-    plain = plain_recorder.nll_by_target()
+                           ev.device_tokens(data, CPU), data.tables, h.eval_stride)
+    plain = observer.nll_by_target()
     chunk = h.ttt_chunk_tokens
     assert all(plain[j] == pytest.approx(results[0][j], abs=1e-5) for j in range(chunk))  # chunk 0: no TTT yet
     assert any(abs(plain[j] - results[0][j]) > 1e-4 for j in range(chunk, num_targets))  # later: adapted
@@ -357,13 +417,17 @@ def test_quantization_kinds_on_the_record_model(ev):
     with torch.device("meta"):
         state = ev.GPT(h).state_dict()
     flat = ev.unbank_state_dict(state)
-    kinds = {name: ev.quantization_kind(name, t, ev.control_tensor_patterns(h)) for name, t in flat.items()}
+    kinds = {name: ev.quantization_kind(name, t) for name, t in flat.items()}
     assert sum(kind == "int6" for kind in kinds.values()) == 66
     assert sorted(name for name, kind in kinds.items() if kind == "int8") == [
         "bigram.embed.weight", "tok_emb.weight", "ve_shared.embed.weight"]
     assert kinds["bigram.proj.weight"] == "passthrough"  # exactly 65,536 elements
-    assert ev.quantization_kind("blocks.0.attn_scale", torch.empty(70000), ("attn_scale",)) == "passthrough_ctrl"
-    assert ev.quantization_kind("step", torch.zeros(100000, dtype=torch.int64), ()) == "passthrough"
+    control = [name for name in flat if any(p in name for p in h.control_tensor_name_patterns.split(","))]
+    # SPEC §7.4's fp32 rule for large control tensors cannot fire (the trainer has none): all of them are small.
+    # 4 per block (attn_scale, mlp_scale, resid_mix, q_gain), skip_weights, smear.gate, ve_shared.scale, 2 VE scales
+    assert len(control) == 4 * h.num_layers + 5
+    assert all(flat[name].numel() <= ev.PASSTHROUGH_MAX_NUMEL for name in control)
+    assert ev.quantization_kind("step", torch.zeros(100000, dtype=torch.int64)) == "passthrough"
     assert [ev.tensor_category(n) for n in ("tok_emb.weight", "blocks.0.mlp.fc.weight", "blocks.0.attn.c_k.weight",
                                             "ve_shared.proj.weight", "smear.gate")] == [
         "embed", "mlp", "attn", "attn", "other"]
@@ -446,7 +510,7 @@ def test_reloaded_artifact_gives_exactly_the_dequantized_logits(ev, tmp_path, sm
     ev.export_artifact(h, dist_info(ev), logger, model, 1234, str(tmp_path))
     reloaded = ev.load_artifact_model(str(tmp_path / ev.ARTIFACT_FILENAME), lambda: ev.build_model(h, CPU))
     template = ev.build_model(h, CPU).state_dict()
-    tensors, meta = ev.quantize_state_dict(ev.unbank_state_dict(model.state_dict()), ev.control_tensor_patterns(h))
+    tensors, meta = ev.quantize_state_dict(ev.unbank_state_dict(model.state_dict()))
     assert {"passthrough", "int6", "int8"} <= {m if isinstance(m, str) else m["type"] for m in meta.values()}
     flat = ev.dequantize_state_dict(tensors, meta, ev.unbank_state_dict(template))
     expected_model = ev.build_model(h, CPU)
@@ -518,7 +582,7 @@ def test_loading_never_unpickles_arbitrary_objects(ev, tmp_path):
 def test_dequantize_refuses_a_mismatched_model(ev, small_passthrough):
     h = tiny_h(ev)
     flat = ev.unbank_state_dict(random_model(ev, h).state_dict())
-    tensors, meta = ev.quantize_state_dict(flat, ())
+    tensors, meta = ev.quantize_state_dict(flat)
     smaller = tiny_h(ev, num_layers=2, ve_layers="1", xsa_last_n=1)
     other = ev.unbank_state_dict(ev.build_model(smaller, CPU).state_dict())
     with pytest.raises(ValueError, match="missing|unexpected"):
@@ -533,21 +597,21 @@ def test_apply_weight_average_ema_swa_and_raw(ev):
     averages = ev.WeightAverages(h, model)
     averages.ema = {k: torch.full_like(v, 0.25, dtype=torch.float32) for k, v in model.state_dict().items()}
     logger = ListLogger()
-    assert ev.apply_weight_average(h, logger, model, averages) == "ema" and logger.lines == ["ema:applying EMA weights"]
+    assert ev.apply_weight_average(logger, model, averages) == "ema" and logger.lines == ["ema:applying EMA weights"]
     assert all((v == 0.25).all() for v in model.state_dict().values())
     h_swa = tiny_h(ev, swa_enabled=True)
     averages = ev.WeightAverages(h_swa, model)
     logger = ListLogger()
-    assert ev.apply_weight_average(h_swa, logger, model, averages) == "ema"
+    assert ev.apply_weight_average(logger, model, averages) == "ema"
     assert logger.lines[0].startswith("swa:no_snapshots") and logger.lines[1] == "ema:applying EMA weights"
     averages.swa_sum = {k: torch.full_like(v, 3.0) for k, v in model.state_dict().items()}
     averages.swa_count = 2
     logger = ListLogger()
-    assert ev.apply_weight_average(h_swa, logger, model, averages) == "swa"
+    assert ev.apply_weight_average(logger, model, averages) == "swa"
     assert logger.lines == ["swa:applying SWA weights snapshots:2"]
     assert all((v == 1.5).all() for v in model.state_dict().values())
     averages = ev.WeightAverages(tiny_h(ev, ema_enabled=False), model)
-    assert ev.apply_weight_average(h, ListLogger(), model, averages) == "raw"
+    assert ev.apply_weight_average(ListLogger(), model, averages) == "raw"
 
 
 def test_run_final_evaluation_logs_the_challenge_lines(ev, tmp_path, small_passthrough):

@@ -177,10 +177,12 @@ def test_missing_train_shards_name_the_pattern(loader_mod, tmp_path):
 
 # ---- configuration ----
 
-def test_loader_config_errors(loader_mod, tmp_path):
-    assert loader_mod.loader_config_errors(make_h(tmp_path)) == []
-    bad = make_h(tmp_path, train_prefetch_queue=0, val_prefetch_queue=-1, val_bytecount_device="gpu")
-    errors = loader_mod.loader_config_errors(bad)
+def test_loader_config_errors(loader_mod):
+    loader_mod.Hyperparameters().validate()
+    bad = loader_mod.Hyperparameters(train_prefetch_queue=0, val_prefetch_queue=-1, val_bytecount_device="gpu")
+    with pytest.raises(loader_mod.ConfigError) as caught:
+        bad.validate()
+    errors = caught.value.errors
     assert len(errors) == 3
     for name in ("TRAIN_PREFETCH_QUEUE=0", "VAL_PREFETCH_QUEUE=-1", "VAL_BYTECOUNT_DEVICE='gpu'"):
         assert any(name in error for error in errors), name
@@ -411,11 +413,10 @@ def test_val_feeder_yields_the_plain_loop(loader_mod, tmp_path, prefetch, queue_
     with loader_mod.make_val_feeder(h, StandInDistInfo(), VAL_SPECS, build_val_batch) as feeder:
         batches = list(feeder)
     assert threading.active_count() == baseline
-    assert [(batch.index, batch.total) for batch in batches] == [(i, len(VAL_SPECS)) for i in range(len(VAL_SPECS))]
-    for batch, spec in zip(batches, VAL_SPECS):
+    assert len(batches) == len(VAL_SPECS)
+    for ((x_cpu, y_cpu), (x, y)), spec in zip(batches, VAL_SPECS):
         x_expected, y_expected = (torch.from_numpy(part) for part in build_val_batch(spec))
-        for tensor, expected in ((batch.x, x_expected), (batch.y, y_expected),
-                                 (batch.x_cpu, x_expected), (batch.y_cpu, y_expected)):
+        for tensor, expected in ((x, x_expected), (y, y_expected), (x_cpu, x_expected), (y_cpu, y_expected)):
             assert torch.equal(tensor, expected)
 
 
@@ -423,8 +424,8 @@ def test_val_feeder_stops_on_early_exit_and_on_errors(loader_mod, tmp_path):
     h = make_h(tmp_path, val_prefetch_queue=1)
     baseline = threading.active_count()
     with loader_mod.make_val_feeder(h, StandInDistInfo(), VAL_SPECS, build_val_batch) as feeder:
-        for batch in feeder:
-            if batch.index == 2:
+        for index, _ in enumerate(feeder):
+            if index == 2:
                 break
     assert threading.active_count() == baseline
 
@@ -436,7 +437,7 @@ def test_val_feeder_stops_on_early_exit_and_on_errors(loader_mod, tmp_path):
     seen = []
     with pytest.raises(OSError, match=r"val shard unreadable at \(40, 48\)"):
         with loader_mod.make_val_feeder(h, StandInDistInfo(), VAL_SPECS, failing_build) as feeder:
-            seen.extend(batch.index for batch in feeder)
+            seen.extend(index for index, _ in enumerate(feeder))
     assert seen == [0, 1, 2, 3]  # one batch ahead: spec 5 fails while batch 4 is handed out
     assert threading.active_count() == baseline
 

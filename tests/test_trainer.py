@@ -1,5 +1,6 @@
 """Trainer core: configuration, model fidelity, optimizer math, data reader errors, training runs (1 and 2 ranks)."""
 import ast
+import dataclasses
 import re
 import subprocess
 import sys
@@ -332,7 +333,7 @@ def test_bad_inputs_fail_before_training_with_clear_errors(tiny_data, tmp_path):
 
 def test_warmup_rewind_restores_model_and_optimizer_exactly(tgpt, tiny_data):
     h = tgpt.Hyperparameters.from_env(dict(tiny_data["env"], WARMUP_STEPS="2"))
-    dist_info = tgpt.DistInfo(0, 1, 0, torch.device("cpu"))
+    dist_info = tgpt.DistInfo(0, 1, torch.device("cpu"))
     model = tgpt.build_model(h, dist_info.device)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     optimizers = tgpt.Optimizers(h, model, dist_info)
@@ -351,7 +352,7 @@ def test_warmup_rewind_restores_model_and_optimizer_exactly(tgpt, tiny_data):
 def test_every_setting_named_in_run_sh_and_record_readmes_is_a_field(tgpt):
     """A `NAME=value` in run.sh or a record's run command that no field reads would silently change nothing (the
     record's README set EMA_ENABLED/LATE_QAT that its script never read)."""
-    fields = {f.name.upper() for f in tgpt.dataclasses.fields(tgpt.Hyperparameters)}
+    fields = {f.name.upper() for f in dataclasses.fields(tgpt.Hyperparameters)}
     launcher = {"NPROC", "RUN_ID", "PYTHON", "GPUS", "SEED", "RANK", "WORLD_SIZE"}
     sources = [REPO / "run.sh"] + sorted((REPO / "records").glob("*/*/README.md"))
     checked = 0

@@ -54,6 +54,6 @@ want = torch.autograd.grad(tg.leaky_relu_sq_mlp(x, w_up, w_down).square().sum(),
 results["frozen"] = {"dx": relative(dx, want)}
 
 # one tiny-model step (fp32): loss and every gradient, Triton MLP vs PyTorch MLP, same weights and tokens
-results["model"] = compare_tiny_model_step(tg, lambda model: model.set_mlp_kernel("torch"),
-                                           lambda model: model.set_mlp_kernel("triton"))
+results["model"] = compare_tiny_model_step(tg, lambda model: tg.use_kernels(model, "sdpa_cpu", mlp="torch"),
+                                           lambda model: tg.use_kernels(model, "sdpa_cpu", mlp="triton"))
 print(json.dumps(results))

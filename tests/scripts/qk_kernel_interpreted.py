@@ -75,6 +75,6 @@ for heads, v_heads, head_dim, seq_len in ((4, 4, 16, 9), (4, 2, 32, 7), (8, 2, 1
                                "zero_row_dv": got[1][0, 1, 0].abs().max().item()})
 
 # one tiny-model step (fp32): loss and every gradient, Triton path vs PyTorch path, same weights and tokens
-results["model"] = compare_tiny_model_step(tg, lambda model: model.set_attention_backend("sdpa_cpu", "torch"),
-                                           lambda model: model.set_attention_backend("sdpa_cpu", "triton"))
+results["model"] = compare_tiny_model_step(tg, lambda model: tg.use_kernels(model, "sdpa_cpu", qk="torch"),
+                                           lambda model: tg.use_kernels(model, "sdpa_cpu", qk="triton"))
 print(json.dumps(results))
