@@ -570,7 +570,7 @@ class ShuffledSequences:
                 raise ValueError(f"{path}: {num_tokens} tokens, fewer than the TRAIN_SEQ_LEN+1={seq_len + 1} of "
                                  f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
             self.tokens.append(np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,)))
-        self.starts, self.left = [], np.zeros(len(self.paths))  # left: float64, as the record's choice weights
+        self.left = np.zeros(len(self.paths))  # sequences left per shard, float64: the record's choice weights
         self._reset_all()
 
     def _reset_all(self) -> None:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -291,8 +292,12 @@ def test_tiny_training_run_with_the_shuffled_loader(tiny_data, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     log = (tmp_path / "logs" / "shuffled.txt").read_text(encoding="utf-8")
-    # the warm-up's loader and the rebuilt one after the rewind
-    assert len(re.findall(r"train_data loader:shuffled shards:2/2 sequences:\d+ seed:rank prefetch:1", log)) == 2
+    # the warm-up's loader and the rebuilt one after the rewind, each with all sequences of both shards
+    sizes = [len(np.fromfile(path, dtype="<u2", offset=1024))
+             for path in sorted(Path(tiny_data["env"]["DATA_PATH"]).glob("fineweb_train_*.bin"))]
+    counts = [int(n) for n in re.findall(r"train_data loader:shuffled shards:2/2 sequences:(\d+) seed:rank ", log)]
+    assert len(counts) == 2 and counts[0] == counts[1]
+    assert sum((n - 64) // 64 for n in sizes) <= counts[0] <= sum((n - 1) // 64 for n in sizes)  # phase in [0, 63]
     losses = [float(v) for v in re.findall(r"step:\d+/4 train_loss:([\d.]+)", log)]
     assert len(losses) == 4 and all(np.isfinite(losses))
     assert len(re.findall(r"step:[024]/4 val_loss:[\d.]+ val_bpb:[\d.]+", log)) == 3
