@@ -46,6 +46,8 @@ ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
 KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
 BYTECOUNT_DEVICES = ("cpu", "cuda")
+TRAIN_LOADERS = ("sequential", "shuffled")
+SHUFFLE_SEEDS = ("rank", "rank_and_seed")
 
 @dataclass(frozen=True)
 class Hyperparameters:
@@ -129,6 +131,8 @@ class Hyperparameters:
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
     train_copy_stream: bool = True  # CUDA: train H2D on a side stream, one micro-batch ahead
+    train_loader: str = "sequential"  # sequential: SPEC §3's stream; shuffled: SPEC_0409 §3's sampled sequences
+    train_shuffle_seed: str = "rank"  # shuffled: rank (04-09 record: every SEED sees the same data) or rank_and_seed
     val_prefetch: bool = True
     val_prefetch_queue: int = 2
     val_copy_stream: bool = True
@@ -199,9 +203,14 @@ class Hyperparameters:
             (not 0.0 <= self.ttt_momentum < 1.0, "TTT_MOMENTUM=%s must be in [0, 1)" % self.ttt_momentum),
             (not self.ttt_grad_clip > 0.0, "TTT_GRAD_CLIP=%s must be > 0" % self.ttt_grad_clip),
             (patterns and any(not part.strip() for part in patterns.split(",")),
-             "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns)]
+             "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns),
+            (self.train_shuffle_seed == "rank_and_seed" and self.seed < 0,
+             "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
+            (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
+             "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader))]
         errors = [message for failed, message in rows if failed]
-        choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES))
+        choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
+                   ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS))
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in choices if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
@@ -482,6 +491,65 @@ def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_
         stream.advance(after)
         yield span[:-1].view(shape), span[1:].view(shape)
 
+class ShuffledSequences:
+    """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
+    shard, without replacement, from the shard drawn with probability proportional to the sequences it has left.
+    plan() draws from the RNG; gather() only reads the memmaps, which are opened once, here."""
+
+    def __init__(self, paths: Sequence[str], seq_len: int, seed):
+        self.paths, self.seq_len = list(paths), seq_len
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.tokens = []
+        for path in self.paths:
+            with open(path, "rb") as file:
+                num_tokens = _read_shard_header(path, file)
+            if num_tokens < seq_len + 1:
+                raise ValueError(f"{path}: {num_tokens} tokens, fewer than the TRAIN_SEQ_LEN+1={seq_len + 1} of "
+                                 f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
+            self.tokens.append(np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,)))
+        self.left = np.zeros(len(self.paths))  # sequences left per shard, float64: the record's choice weights
+        self._reset_all()
+
+    def _reset_all(self) -> None:
+        """A fresh phase, then a fresh permutation, per shard in file order (SPEC_0409 §3's RNG call order)."""
+        self.starts = []
+        for index, tokens in enumerate(self.tokens):
+            max_phase = min(self.seq_len - 1, max(0, len(tokens) - self.seq_len - 1))
+            phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
+            count = (len(tokens) - 1 - phase) // self.seq_len
+            self.starts.append(phase + self.rng.permutation(count) * self.seq_len)
+            self.left[index] = count
+
+    def plan(self, rows: int) -> List[tuple]:
+        """(shard, start) of the next `rows` sequences; a shard's starts are popped from the end of its list."""
+        plan = []
+        for _ in range(rows):
+            if self.left.sum() <= 0:
+                self._reset_all()
+            shard = int(self.rng.choice(len(self.left), p=self.left / self.left.sum()))
+            self.left[shard] -= 1
+            plan.append((shard, int(self.starts[shard][int(self.left[shard])])))
+        return plan
+
+    def gather(self, plan: Sequence[tuple], out: np.ndarray) -> None:
+        """Sequence k of `plan` into out[0, k] (x, cast to out's dtype) and, shifted by one token, out[1, k] (y)."""
+        for row, (shard, start) in enumerate(plan):
+            try:
+                sequence = self.tokens[shard][start:start + self.seq_len + 1]
+                out[0, row], out[1, row] = sequence[:-1], sequence[1:]
+            except Exception as error:  # the consumer sees which file; the cause stays chained
+                message = f"{self.paths[shard]}: reading the sequence at token {start} failed: {error}"
+                raise RuntimeError(message) from error
+
+def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: bool) -> Iterator[tuple]:
+    """SPEC_0409 §3 micro-batches as CPU int64 (x, y) of shape (rows, seq_len): the two halves of one (pinned)
+    buffer that NumPy fills straight from the memmaps, so each token is widened and written once per tensor."""
+    while True:
+        batch = torch.empty((2, rows, sampler.seq_len), dtype=torch.int64, pin_memory=pin_memory)
+        sampler.gather(sampler.plan(rows), batch.numpy())
+        yield batch[0], batch[1]
+
+
 class BackgroundIterator:
     """`source` run in a daemon thread, at most `depth` items ahead; strict FIFO, a source exception reaches the
     consumer right after the items made before it. Blocking calls poll (50 ms) a stop event or the thread's liveness,
@@ -641,15 +709,28 @@ def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
     return total
 
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A fresh loader from the start of the stream; to rewind, close() the old one first (no producer runs ahead)."""
+    """A fresh loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer
+    runs ahead)."""
     layout = micro_batch_layout(h, dist_info)
     cuda = dist_info.device.type == "cuda"
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
-    batches = sequential_host_batches(list_shards(h.train_files, "train"), layout, pin_memory)
+    paths = list_shards(h.train_files, "train")
+    if h.train_loader == "shuffled":
+        if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
+            raise ValueError(f"TRAIN_LOADER=shuffled gives rank r the shards [r::WORLD_SIZE] of the {len(paths)} "
+                             f"matching {h.train_files}: WORLD_SIZE={dist_info.world_size} needs at least that many")
+        seed = dist_info.rank if h.train_shuffle_seed == "rank" else np.random.SeedSequence(h.seed, spawn_key=(
+            dist_info.rank,))  # rank_and_seed: NumPy's spawn(WORLD_SIZE)[rank] of SeedSequence(SEED)
+        sampler = ShuffledSequences(paths[dist_info.rank::dist_info.world_size], h.train_seq_len, seed)
+        batches = shuffled_host_batches(sampler, layout.local_tokens // layout.seq_len, pin_memory)
+        kind = (f"shuffled shards:{len(sampler.paths)}/{len(paths)} sequences:{int(sampler.left.sum())} "
+                f"seed:{h.train_shuffle_seed}")
+    else:
+        batches, kind = sequential_host_batches(paths, layout, pin_memory), "sequential"
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
-    logger.log(f"train_data loader:sequential prefetch:{int(h.train_prefetch)} "
+    logger.log(f"train_data loader:{kind} prefetch:{int(h.train_prefetch)} "
                f"prefetch_queue:{h.train_prefetch_queue} pin_memory:{int(pin_memory)} "
                f"copy_stream:{int(copy_stream)}"
                + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))

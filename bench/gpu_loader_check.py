@@ -1,12 +1,14 @@
 """GPU check of the data path's copy-stream logic (needs CUDA; no model involved).
 
-For TRAIN_PREFETCH 0/1 x TRAIN_COPY_STREAM 0/1 (the record's batch shape, as the single rank of W=1 and as rank 3
-of W=8 on one GPU) and for VAL_PREFETCH 0/1 x VAL_COPY_STREAM 0/1:
+For TRAIN_LOADER sequential and shuffled x TRAIN_PREFETCH 0/1 x TRAIN_COPY_STREAM 0/1 (the record's batch shape,
+as the single rank of W=1 and as rank 3 of W=8 on one GPU) and for VAL_PREFETCH 0/1 x VAL_COPY_STREAM 0/1:
   - every device batch equals the CPU synchronous loader's (or the plain val loop's) bit for bit. Each batch is
     read on the compute stream only after the stream has been made to lag (torch.cuda._sleep) and after the
     loop has dropped its references, so device memory handed back for reuse too early would show as wrong data;
   - data_wait stats come back: host ms, and one CUDA event pair per batch, summed with events_elapsed_ms;
   - no thread is left running after close().
+It then prints each train loader's producer throughput: its host batch builder alone in this thread, pinned, as
+rank 0 of W=8, in tokens/s against the record's need (98,304 tokens per rank per 83.4 ms step).
 --negative-control also runs the copy-stream train modes with Tensor.record_stream disabled and reports how many
 batches then arrive corrupted: it shows whether this check can see a missing record_stream (informational).
 
@@ -19,6 +21,7 @@ import math
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,15 +30,18 @@ import torch
 
 from trainer_module import load_trainer
 
-NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "events_elapsed_ms")
+NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "events_elapsed_ms", "sequential_host_batches",
+                "shuffled_host_batches", "ShuffledSequences", "micro_batch_layout", "list_shards")
 LAG_CYCLES = 2_000_000  # about 1 ms of GPU spin per batch: the compute stream falls behind the host
 SEQ_LEN = 2048
+RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
 
 
 def write_shards(directory: Path) -> None:
-    """Three shards of odd sizes, so spans cross shard boundaries and the stream wraps."""
+    """Eight shards of odd sizes (one per rank of W=8 for the shuffled loader), so the sequential loader's spans
+    cross shard boundaries and its stream wraps."""
     rng = np.random.default_rng(0)
-    for index, size in enumerate((1_500_007, 999_983, 2_000_003)):
+    for index, size in enumerate((1_500_007, 999_983, 2_000_003, 1_200_011, 800_011, 1_700_021, 650_021, 1_100_009)):
         header = np.zeros(256, dtype="<i4")
         header[:3] = (20240520, 1, size)
         tokens = rng.integers(0, 1024, size, dtype=np.uint16).astype("<u2")
@@ -45,7 +51,8 @@ def write_shards(directory: Path) -> None:
 def make_h(directory: Path, **fields) -> SimpleNamespace:
     defaults = dict(train_files=str(directory / "fineweb_train_*.bin"), train_batch_tokens=786_432,
                     train_seq_len=SEQ_LEN, seed=1337, train_prefetch=True, train_prefetch_queue=2,
-                    train_copy_stream=True, val_prefetch=True, val_prefetch_queue=2,
+                    train_copy_stream=True, train_loader="sequential", train_shuffle_seed="rank",
+                    val_prefetch=True, val_prefetch_queue=2,
                     val_copy_stream=True, val_bytecount_device="cpu")
     return SimpleNamespace(**{**defaults, **fields})
 
@@ -84,7 +91,8 @@ def check_train(module, h, world_size: int, rank: int, steps: int, device: torch
         with module.make_train_loader(mode_h, dist_info(world_size, rank, device), QUIET) as loader:
             clones = read_lagging(loader.next_batch, steps)
             host_ms, pairs = loader.take_wait_stats()
-        rows.append((f"train W={world_size} rank={rank} prefetch={int(prefetch)} copy_stream={int(copy_stream)}",
+        rows.append((f"{h.train_loader} W={world_size} rank={rank} prefetch={int(prefetch)} "
+                     f"copy_stream={int(copy_stream)}",
                      steps, count_mismatches(clones, expected), host_ms, pairs, threading.active_count() == threads))
     return rows
 
@@ -122,16 +130,37 @@ def check_val(module, h, steps: int, device: torch.device) -> list:
 
 def report(module, rows: list) -> bool:
     """Print the table; True when every row matched, has one event pair per batch and left no thread."""
-    print(f"{'check':<44} {'batches':>7} {'mismatched':>10} {'host_wait_ms':>12} {'device_wait_ms':>14} "
+    print(f"{'check':<50} {'batches':>7} {'mismatched':>10} {'host_wait_ms':>12} {'device_wait_ms':>14} "
           f"{'event_pairs':>11} {'threads_ok':>10}")
     passed = True
     for name, batches, mismatches, host_ms, pairs, threads_ok in rows:
         device_ms = module.events_elapsed_ms(pairs)
         ok = mismatches == 0 and len(pairs) == batches and math.isfinite(device_ms) and threads_ok
         passed &= ok
-        print(f"{name:<44} {batches:>7} {mismatches:>10} {host_ms:>12.2f} {device_ms:>14.2f} {len(pairs):>11} "
+        print(f"{name:<50} {batches:>7} {mismatches:>10} {host_ms:>12.2f} {device_ms:>14.2f} {len(pairs):>11} "
               f"{str(threads_ok):>10}{'' if ok else '  FAIL'}")
     return passed
+
+
+def producer_throughput(module, h, steps: int) -> None:
+    """Tokens/s of each loader's host batch builder (pinned, in this thread) as rank 0 of W=8: best of 3 windows."""
+    info = dist_info(8, 0, torch.device("cuda", 0))
+    layout = module.micro_batch_layout(h, info)
+    paths = module.list_shards(h.train_files, "train")
+    builders = {"sequential": lambda: module.sequential_host_batches(paths, layout, True),
+                "shuffled": lambda: module.shuffled_host_batches(
+                    module.ShuffledSequences(paths[0::8], SEQ_LEN, 0), layout.local_tokens // SEQ_LEN, True)}
+    for name, build in builders.items():
+        batches, best = build(), math.inf
+        next(batches)
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(steps):
+                next(batches)
+            best = min(best, time.perf_counter() - start)
+        rate = layout.local_tokens * steps / best
+        print(f"producer {name}: {1000 * best / steps:.3f} ms per micro-batch, {rate / 1e6:.1f}M tokens/s per rank, "
+              f"{rate / RECORD_TOKENS_PER_SECOND:.0f}x the record's need")
 
 
 def negative_control(module, h, steps: int, device: torch.device) -> None:
@@ -160,9 +189,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         write_shards(Path(temporary))
         h = make_h(Path(temporary))
-        rows = (check_train(module, h, 1, 0, args.steps, device) + check_train(module, h, 8, 3, args.steps, device)
-                + check_val(module, h, args.steps, device))
-        passed = report(module, rows)
+        rows = [row for loader in ("sequential", "shuffled") for world_size, rank in ((1, 0), (8, 3))
+                for row in check_train(module, SimpleNamespace(**{**vars(h), "train_loader": loader}), world_size,
+                                       rank, args.steps, device)]
+        passed = report(module, rows + check_val(module, h, args.steps, device))
+        producer_throughput(module, h, args.steps)
         if args.negative_control:
             negative_control(module, h, args.steps, device)
     print("gpu_loader_check: PASS" if passed else "gpu_loader_check: FAIL")

@@ -73,8 +73,8 @@ def write_counting_shards(directory, sizes=SHARD_SIZES, prefix="fineweb_train"):
 def make_h(directory, **overrides):
     fields = dict(train_files=str(directory / "fineweb_train_*.bin"), train_batch_tokens=BATCH_TOKENS,
                   train_seq_len=SEQ_LEN, seed=1337, train_prefetch=True, train_prefetch_queue=2,
-                  train_copy_stream=True, val_prefetch=True, val_prefetch_queue=2,
-                  val_copy_stream=True, val_bytecount_device="cpu")
+                  train_copy_stream=True, train_loader="sequential", train_shuffle_seed="rank", val_prefetch=True,
+                  val_prefetch_queue=2, val_copy_stream=True, val_bytecount_device="cpu")
     fields.update(overrides)
     return SimpleNamespace(**fields)
 
@@ -310,13 +310,14 @@ SUBPROCESS_SCRIPT = """
 import importlib.util, sys
 from types import SimpleNamespace
 import torch
-module_path, module_name, data_dir, mode = sys.argv[1:5]
+module_path, module_name, data_dir, mode, train_loader = sys.argv[1:6]
 spec = importlib.util.spec_from_file_location(module_name, module_path)
 module = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = module
 spec.loader.exec_module(module)
 h = SimpleNamespace(train_files=data_dir + "/fineweb_train_*.bin", train_batch_tokens=64, train_seq_len=4,
-                    seed=0, train_prefetch=True, train_prefetch_queue=2, train_copy_stream=True)
+                    seed=0, train_prefetch=True, train_prefetch_queue=2, train_copy_stream=True,
+                    train_loader=train_loader, train_shuffle_seed="rank")
 dist_info = SimpleNamespace(rank=0, world_size=1, grad_accum_steps=8, device=torch.device("cpu"))
 logger = SimpleNamespace(log=lambda message: None)
 if mode == "interrupt":
@@ -336,13 +337,16 @@ print("ready", flush=True)
 """
 
 
-@pytest.mark.parametrize("mode", ["break", "break_and_close", "interrupt"])
-def test_process_exits_promptly(loader_mod, tmp_path, mode):
-    write_counting_shards(tmp_path / "data")
+@pytest.mark.parametrize("mode, train_loader", [("break", "sequential"), ("break_and_close", "sequential"),
+                                                ("interrupt", "sequential"), ("break", "shuffled"),
+                                                ("interrupt", "shuffled")])
+def test_process_exits_promptly(loader_mod, tmp_path, mode, train_loader):
+    write_counting_shards(tmp_path / "data", sizes=SHARD_SIZES if train_loader == "sequential" else (37, 50))
     script = tmp_path / "consume.py"
     script.write_text(textwrap.dedent(SUBPROCESS_SCRIPT))
     process = subprocess.Popen(
-        [sys.executable, str(script), loader_mod.__file__, loader_mod.__name__, str(tmp_path / "data"), mode],
+        [sys.executable, str(script), loader_mod.__file__, loader_mod.__name__, str(tmp_path / "data"), mode,
+         train_loader],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "ready", process.stderr.read()
