@@ -156,9 +156,9 @@ def test_last_line_gives_the_data_error(tmp_path, tiny_data, run_id):
     missing = str(tmp_path / "no_such_tokenizer.model")
     env = launcher_env(run_id, dict(TINY_MODEL_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"], TOKENIZER_PATH=missing))
     out = run_sh(root, env)
-    assert out.returncode == 1, out.stdout[-3000:]
     last = last_line(out.stdout)
-    assert last.startswith("run.sh: FAILED (exit 1): ") and missing in last, out.stdout[-3000:]
+    assert out.returncode != 0 and last.startswith("run.sh: FAILED (exit %d): " % out.returncode), out.stdout[-3000:]
+    assert missing in last, out.stdout[-3000:]
     console = (root / "logs" / ("%s.console.txt" % run_id)).read_text()
     assert last_line(console) == last  # the console log ends the same way
 
