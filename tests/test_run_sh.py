@@ -206,7 +206,7 @@ def test_last_line_without_an_error_line(tmp_path, run_id, trainer, code, reason
     assert last_line(out.stdout) == "run.sh: FAILED (exit %d): %s" % (code, reason.format(run_id=run_id))
 
 
-def test_the_first_error_line_is_the_reason_and_indented_lines_continue_it():
+def test_first_error_line_is_the_reason_and_indented_lines_continue_it():
     lines = ["logfile:logs/x.txt", "error: invalid configuration:", "  MODEL_DIM=65 must be divisible by NUM_HEADS=4",
              "  EMA_DECAY=2.0 must be in (0, 1)", "Traceback (most recent call last):",
              "[rank1]: error: RuntimeError: peer closed the connection"]
@@ -215,6 +215,8 @@ def test_the_first_error_line_is_the_reason_and_indented_lines_continue_it():
     assert job_outcome.first_error(lines[5:]) == "RuntimeError: peer closed the connection"
     assert job_outcome.outcome(lines[:1], 0, 75, "logs/x.console.txt") == (
         0, "run.sh: done in 1:15; logs: logs/x.txt, logs/x.console.txt")
+    assert job_outcome.outcome(lines[:1], 128 + 9, 5, "c.txt") == (
+        137, "run.sh: FAILED (exit 137): torchrun was killed by SIGKILL (signal 9)")
 
 
 # ---- item 6: signals reach the whole job ----

@@ -5,9 +5,9 @@
 prints two lines: the exit status run.sh should end with, then the line for the user. On a failure the
 reason is, in this order: the job's first `error: <reason>` line (the trainer's own words; indented lines right
 after it continue it), else torchrun's "Root Cause" summary of the first failing rank (the signal that killed
-it, or the last line of the traceback that torch's @record wrote), else a pointer to the output. The status is
-the failing rank's exit code when torchrun reports it (128 + N for a rank killed by signal N; torchrun itself
-exits 1 for any failed rank), else torchrun's.
+it, or the last line of the traceback that torch's @record wrote), else the signal that killed torchrun, else a
+pointer to the output. The status is the failing rank's exit code when torchrun reports it (128 + N for a rank
+killed by signal N; torchrun itself exits 1 for any failed rank), else torchrun's.
 """
 import re
 import signal
@@ -71,6 +71,10 @@ def failure(lines: List[str], torchrun_status: int, console: str) -> Tuple[int, 
         last = [line.strip() for line in traceback[1:] if re.match(r"^  \S", line)]
         if last:
             reason = "rank %s: %s" % (rank, last[-1])
+    if reason is None and not cause and torchrun_status > 128:  # no summary: torchrun itself was killed
+        number = torchrun_status - 128
+        name = signal.Signals(number).name if number in signal.valid_signals() else "signal %d" % number
+        reason = "torchrun was killed by %s (signal %d)" % (name, number)
     if reason is None:
         reason = "the trainer printed no reason; the output above is also in %s" % console
     return status, "run.sh: FAILED (exit %d): %s" % (status, reason)
