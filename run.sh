@@ -1,43 +1,203 @@
 #!/usr/bin/env bash
-# The main job. With DATA_PATH/TOKENIZER_PATH unset it builds the bundled Wikipedia sample (once) and trains a
-# preset sized for this machine: CPU -> a tiny model that finishes in a few minutes; GPU -> the record model for
-# a short wallclock. With DATA_PATH and TOKENIZER_PATH set it runs the real thing (train_gpt.py's defaults are
-# the record). Every setting can be overridden by env, e.g. NPROC=8 ITERATIONS=100 ./run.sh
+# The main job: train_gpt.py under torchrun with a preset chosen for this machine. The console is teed to
+# logs/<RUN_ID>.console.txt and the last line says how the job ended (on a failure: the trainer's reason).
+# ./run.sh --help lists the presets and the variables it reads.
+#
+# What run.sh relies on from the trainer (today's train_gpt.py does all of it):
+# - A failure the trainer can name is printed as a line `error: <reason>` (the first such line of the job is
+#   the reason; indented lines right after it continue it, as in `error: invalid configuration:` + one line
+#   per problem). run.sh ends with the failing rank's exit status (2 for a refused configuration).
+# - Without such a line, the reason comes from torchrun's "Root Cause" summary (the rank's exit code, the
+#   signal that killed it, or the last line of the traceback that @record reports).
+# - `logfile:<path>` names the trainer's own log; each run's outputs are logs/<RUN_ID>.* or logs/<RUN_ID>/
+#   (run.sh refuses a RUN_ID that has any) and logs/<RUN_ID>.console.txt is run.sh's alone.
+# - A rank sent SIGTERM (torchrun does that when run.sh is stopped) exits within torchrun's 30 s grace.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+usage() {
+  cat <<'EOF'
+usage: ./run.sh        (settings are environment variables, e.g. NPROC=8 ITERATIONS=100 ./run.sh)
+
+Trains train_gpt.py under torchrun (NPROC processes, default: one per usable NVIDIA GPU, else 1) and tees the
+console to logs/<RUN_ID>.console.txt; the trainer's own log is logs/<RUN_ID>.txt.
+
+PRESET   which settings run.sh adds (anything you export wins over the preset):
+  auto     (default) tiny without a usable NVIDIA GPU; with GPUs: short on the bundled sample, record when
+           DATA_PATH or TOKENIZER_PATH names a dataset
+  tiny     a ~1M-parameter model, 150 steps: a few minutes on 2 CPU cores
+  short    the record model for 120 s of training, shorter EMA horizon
+  record   nothing added: train_gpt.py's defaults are the record (600 s on 8 GPUs); on a CPU it needs more
+           memory than a 24 GB machine has
+DATA_PATH, TOKENIZER_PATH   the dataset; with neither set the bundled sample is built once (data/build_shards.py)
+NPROC    processes per node (torchrun --nproc_per_node)
+RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused
+PYTHON   the interpreter (default: ./.venv or python3, see tools/python_env.sh)
+
+Every trainer setting and its default: the Hyperparameters class in train_gpt.py (README.md, Configuration).
+EOF
+}
+
+refuse() {  # a bad invocation: nothing has started
+  echo "run.sh: $*" >&2
+  exit 2
+}
+
+if [ $# -gt 0 ]; then
+  case $1 in
+    -h|--help) usage; exit 0 ;;
+    *) refuse "unexpected argument '$1': settings are environment variables, e.g. ITERATIONS=100 ./run.sh (./run.sh --help)" ;;
+  esac
+fi
+PRESET=${PRESET:-auto}
+case $PRESET in
+  auto|tiny|short|record) ;;
+  *) refuse "PRESET=$PRESET: expected auto, tiny, short or record (./run.sh --help)" ;;
+esac
+if [ -n "${NPROC:-}" ] && ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
+  refuse "NPROC=$NPROC: expected a positive whole number of processes per node"
+fi
+export RUN_ID=${RUN_ID:-run_$(date +%Y%m%d_%H%M%S)}
+if [[ $RUN_ID == */* ]]; then
+  refuse "RUN_ID=$RUN_ID: expected a name without '/' (it names files under logs/)"
+fi
+console="logs/$RUN_ID.console.txt"
+for path in "logs/$RUN_ID.txt" "$console" "logs/$RUN_ID"; do  # a second run must not land in a first run's log
+  if [ -e "$path" ]; then
+    refuse "RUN_ID=$RUN_ID: $path already exists (an earlier run's); choose another RUN_ID or move it away"
+  fi
+done
+
 source tools/python_env.sh
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  GPUS=$(nvidia-smi -L | grep -c '^GPU')
+# What torch (the trainer's view) can use: CUDA_VISIBLE_DEVICES, a CPU build of torch, a broken driver all count.
+gpu_info=$("$PYTHON" -c '
+import os, torch
+count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+if count:
+    print(count, "%d NVIDIA GPU(s) usable by torch %s" % (count, torch.__version__))
+elif torch.version.cuda is None:
+    print(0, "no usable NVIDIA GPU: torch %s is a CPU build" % torch.__version__)
+elif "CUDA_VISIBLE_DEVICES" in os.environ:
+    print(0, "no usable NVIDIA GPU: none visible with CUDA_VISIBLE_DEVICES=%r" % os.environ["CUDA_VISIBLE_DEVICES"])
+else:
+    print(0, "no usable NVIDIA GPU: torch.cuda.is_available() is False")
+')
+GPUS=${gpu_info%% *}
+gpu_note=${gpu_info#* }
+if [ "$PRESET" != auto ]; then
+  preset=$PRESET; why="PRESET=$PRESET; $gpu_note"
+elif [ "$GPUS" -eq 0 ]; then
+  preset=tiny; why=$gpu_note
+elif [ -z "${DATA_PATH:-}${TOKENIZER_PATH:-}" ]; then
+  preset=short; why="$gpu_note; no DATA_PATH/TOKENIZER_PATH: the bundled sample"
 else
-  GPUS=0
+  preset=record; why="$gpu_note; the dataset of DATA_PATH/TOKENIZER_PATH"
 fi
 NPROC=${NPROC:-$(( GPUS > 0 ? GPUS : 1 ))}
-export RUN_ID=${RUN_ID:-run_$(date +%Y%m%d_%H%M%S)}
-preset=()
+
 if [ -z "${DATA_PATH:-}" ] && [ -z "${TOKENIZER_PATH:-}" ]; then
   if ! ls data/datasets/fineweb10B_sp1024/fineweb_val_*.bin >/dev/null 2>&1 \
       || [ ! -f data/tokenizers/fineweb_1024_bpe.model ]; then
     echo "+ $PYTHON data/build_shards.py   # no dataset configured: building the bundled sample"
     "$PYTHON" data/build_shards.py
   fi
-  # Short runs use a shorter EMA horizon: the record's 0.997 averages over ~330 steps, so after 150-200 steps
-  # the averaged weights would still be half initialisation.
-  if [ "$GPUS" -eq 0 ]; then  # tiny CPU preset: ~1M parameters, a few minutes on 2 cores
-    preset=(NUM_LAYERS=4 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=2 VE_LAYERS=2,3 VE_DIM=32
-            BIGRAM_VOCAB_SIZE=512 BIGRAM_DIM=32 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
-            VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
-            VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95)
-  else  # the record model on the sample for a short wallclock
-    preset=(MAX_WALLCLOCK_SECONDS=120 WARMDOWN_ITERS=60 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25 EMA_DECAY=0.97)
-  fi
 fi
+
+# Short runs use a shorter EMA horizon: the record's 0.997 averages over ~330 steps, so after 150-200 steps
+# the averaged weights would still be half initialisation.
+case $preset in
+  tiny)  # ~1M parameters, a few minutes on 2 cores
+    preset_settings=(NUM_LAYERS=4 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=2 VE_LAYERS=2,3 VE_DIM=32
+                     BIGRAM_VOCAB_SIZE=512 BIGRAM_DIM=32 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
+                     VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
+                     VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95) ;;
+  short)  # the record model for a short wallclock
+    preset_settings=(MAX_WALLCLOCK_SECONDS=120 WARMDOWN_ITERS=60 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25
+                     EMA_DECAY=0.97) ;;
+  record)
+    preset_settings=() ;;
+esac
 settings=()
-for kv in "${preset[@]}"; do  # the preset never overrides what the caller set
+kept=()
+for kv in "${preset_settings[@]}"; do  # the preset never overrides what the caller set
   name=${kv%%=*}
-  if [ -z "${!name:-}" ]; then export "$kv"; settings+=("$kv"); fi
+  if [ -z "${!name:-}" ]; then
+    export "$kv"
+    settings+=("$kv")
+  else
+    kept+=("$name=${!name}")
+  fi
 done
-cmd=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" train_gpt.py)
+
 mkdir -p logs
-echo "+ RUN_ID=$RUN_ID ${settings[*]} ${cmd[*]}" | tee "logs/$RUN_ID.console.txt"
-"${cmd[@]}" 2>&1 | tee -a "logs/$RUN_ID.console.txt"
+say() {  # to the terminal and the console log; a closed terminal (SIGHUP) must not stop run.sh
+  printf '%s\n' "$*" | tee -a "$console" || true
+}
+say "preset: $preset ($why)${kept[*]:+; kept from the environment: ${kept[*]}}"
+if [ "$GPUS" -eq 0 ] && [ "$preset" != tiny ]; then
+  say "run.sh: WARNING: PRESET=$preset trains the 27M-parameter record model on the CPU: it needs more memory" \
+      "than a 24 GB machine has (killed by the kernel there) and hours per run; PRESET=tiny is the CPU preset"
+fi
+cmd=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" train_gpt.py)
+say "+ RUN_ID=$RUN_ID ${settings[*]} ${cmd[*]}"
+
+stop_signal=""
+job=""
+on_signal() {
+  if [ -z "$stop_signal" ]; then
+    stop_signal=$1
+    say "run.sh: SIG$1: stopping the job (torchrun sends SIGTERM to every rank, SIGKILL after 30 s;" \
+        "the same signal again kills the job at once)"
+    if [ -n "$job" ]; then kill -TERM "$job" 2>/dev/null || true; fi
+  elif [ -n "$job" ]; then
+    say "run.sh: SIG$1 again: killing the job"
+    local rank
+    for rank in $(pgrep -P "$job" 2>/dev/null); do  # torchrun starts each rank in its own process group
+      kill -KILL -- "-$rank" 2>/dev/null || kill -KILL "$rank" 2>/dev/null || true
+    done
+    kill -KILL -- "-$job" 2>/dev/null || true
+  fi
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+
+# The job writes into a FIFO read by tee, so that run.sh knows torchrun's pid (to stop it) and tee's (to read
+# the complete console log before the last line). tee ignores Ctrl-C and hangups: it ends when the job's output
+# does, and keeps the console log complete.
+tmp=$(mktemp -d)
+mkfifo "$tmp/output"
+( trap '' INT HUP; exec tee -a "$console" ) < "$tmp/output" &
+tee_pid=$!
+# The job gets its own process group: a terminal's Ctrl-C reaches run.sh alone, which stops the job once.
+set -m
+"${cmd[@]}" < /dev/null > "$tmp/output" 2>&1 &
+job=$!
+set +m
+if [ -n "$stop_signal" ]; then  # a signal came while the job was starting
+  kill -TERM "$job" 2>/dev/null || true
+fi
+
+while kill -0 "$job" 2>/dev/null; do  # a trapped signal interrupts wait: wait again until the job has ended
+  wait "$job" || true
+done
+status=0
+wait "$job" || status=$?
+wait "$tee_pid" || true
+rm -rf "$tmp"
+
+if [ -n "$stop_signal" ]; then
+  say "run.sh: stopped by SIG$stop_signal (torchrun exit $status); the output is in $console"
+  trap - "$stop_signal"
+  kill -s "$stop_signal" $$  # the conventional status: killed by that signal (128 + its number in a shell)
+  exit $(( 128 + $(kill -l "$stop_signal") ))
+fi
+outcome=$("$PYTHON" tools/job_outcome.py "$console" "$status" "$SECONDS")
+code=${outcome%%$'\n'*}
+if [ "$code" -eq 0 ]; then
+  say "${outcome#*$'\n'}"
+else
+  say "${outcome#*$'\n'}" >&2
+fi
+exit "$code"

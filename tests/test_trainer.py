@@ -353,7 +353,7 @@ def test_every_setting_named_in_run_sh_and_record_readmes_is_a_field(tgpt):
     """A `NAME=value` in run.sh or a record's run command that no field reads would silently change nothing (the
     record's README set EMA_ENABLED/LATE_QAT that its script never read)."""
     fields = {f.name.upper() for f in dataclasses.fields(tgpt.Hyperparameters)}
-    launcher = {"NPROC", "RUN_ID", "PYTHON", "GPUS", "SEED", "RANK", "WORLD_SIZE"}
+    launcher = {"NPROC", "RUN_ID", "PYTHON", "GPUS", "SEED", "RANK", "WORLD_SIZE", "PRESET", "CUDA_VISIBLE_DEVICES"}
     sources = [REPO / "run.sh"] + sorted((REPO / "records").glob("*/*/README.md"))
     checked = 0
     for path in sources:
