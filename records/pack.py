@@ -28,13 +28,14 @@ for a readable file linecache reads it from disk.
 import argparse
 import base64
 import hashlib
+import importlib.util
 import re
 import sys
 import tokenize
 
-import brotli
-
-# ---- pack_source: moves verbatim into train_gpt.py, which will log len(pack_source(code)) as code_bytes ----
+# ---- pack_source: moves into train_gpt.py (its `import brotli` joining the file's imports), which will log
+# len(pack_source(code)) as code_bytes. Here brotli is imported where it is used, so that is_packed and the
+# records checker work without it and a missing brotli is reported by name (records/check.py). ----
 PACKED_TEMPLATE = (
     "# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE\n"
     "import base64,brotli,hashlib,io,linecache,sys,traceback\n"
@@ -51,6 +52,8 @@ PACKED_TEMPLATE = (
 
 def pack_source(source: str) -> bytes:
     """The counted file that runs `source` (the text as Python reads the readable file: universal newlines)."""
+    import brotli
+
     if "\r" in source:  # compile() would count a lone CR as a line break, linecache would not
         raise ValueError("pack_source: the source holds CR characters; pass the text read with universal newlines")
     data = source.encode("utf-8")
@@ -79,6 +82,8 @@ def is_packed(data: bytes) -> bool:
 def unpack(data: bytes, name: str) -> str:
     """The source a packed file runs. Raises PackError naming `name` unless the wrapper is exactly ours and the
     payload decodes to the source of the sha256 the wrapper states."""
+    import brotli
+
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError:
@@ -166,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if importlib.util.find_spec("brotli") is None:
+        print("error: records.pack needs brotli, which this Python (%s) lacks: run it in the quick start's environment "
+              "(tools/py -m records.pack ...) or pip install brotli" % sys.executable, file=sys.stderr)
+        return 2
     try:
         return {"pack": _pack, "unpack": _unpack, "verify": _verify}[args.command](args)
     except (PackError, OSError) as exc:  # PackError and OSError messages name the file
