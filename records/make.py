@@ -310,8 +310,9 @@ def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, ha
               "", "## Hardware and software (from the logs)", ""]
     lines += _software(runs) + [
         "- train_gpt.py: %d bytes, the counted code: the readable source (%d bytes, sha256 `%s`, the `code_sha256` "
-        "of every log) packed by records/pack.py; `python3 -m records.pack unpack train_gpt.py` prints the source, "
-        "which every log also holds" % (len(code.data), len(code.source.encode("utf-8")), code.source_sha256),
+        "of every log) packed by records/pack.py. Every log holds that source after its `code_sha256` line; "
+        "`python3 -m records.pack unpack train_gpt.py` prints it too" % (
+            len(code.data), len(code.source.encode("utf-8")), code.source_sha256),
         "- requirements.txt: what the packed file needs beyond torch, numpy and sentencepiece", "",
         "Built with `python3 -m records.make make`; `python3 -m records.make check records/%s/%s` re-runs the "
         "rule checks." % (args.track, folder.name), ""]

@@ -28,7 +28,6 @@ for a readable file linecache reads it from disk.
 import argparse
 import base64
 import hashlib
-import importlib.util
 import re
 import sys
 import tokenize
@@ -171,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if importlib.util.find_spec("brotli") is None:
+    try:
+        import brotli  # noqa: F401 (the commands need it; say so before anything else)
+    except ImportError:
         print("error: records.pack needs brotli, which this Python (%s) lacks: run it in the quick start's environment "
               "(tools/py -m records.pack ...) or pip install brotli" % sys.executable, file=sys.stderr)
         return 2

@@ -126,6 +126,7 @@ class SeedRun:
             "roundtrip": rounded(self.score(ROUNDTRIP_KEYS)), "bytes_model": self.bytes_model,
             "bytes_code": self.bytes_code, "bytes_total": self.bytes_total, "python": self.python_version,
             "pytorch": self.pytorch_version, "gpus": self.gpu_names, "absent": self.absent(),
+            "runs_in_log": self.run_count,
         }
 
 

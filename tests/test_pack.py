@@ -108,6 +108,14 @@ def test_cli_packs_verifies_and_unpacks(tmp_path, capsys):
     assert "already packed" in capsys.readouterr().err and not (tmp_path / "twice.py").exists()
 
 
+def test_cli_without_brotli_says_so(tmp_path):
+    probe = "import sys; sys.modules['brotli'] = None; from records.pack import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", probe, "pack", str(SCRIPT), "-o", str(tmp_path / "out.py")],
+                            cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and not (tmp_path / "out.py").exists()
+    assert result.stderr.startswith("error: records.pack needs brotli, which this Python (")
+
+
 # ---- a packed file runs like the readable one ----
 def test_packed_program_keeps_main_dataclass_inspect_and_readable_tracebacks(tmp_path):
     packed_path = tmp_path / "program.py"

@@ -490,6 +490,11 @@ def test_check_reports_a_module_the_checker_lacks_not_a_defect_of_the_submission
     assert result.returncode == 2 and result.stdout == ""
     assert "error: records.make check needs torch to import train_gpt.py" in result.stderr
     assert "import failed" not in result.stderr and "could not be checked with this Python" in result.stderr
+    probe = "import sys; sys.modules['brotli'] = None; from records.make import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", probe, "check", "--skip-import-check", str(good_folder)],
+                            cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: records.make check needs brotli, which this Python (")
 
 
 def test_check_configs_differ_between_seeds(bad_folder):
