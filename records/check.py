@@ -238,6 +238,10 @@ def provenance_problems(runs: List[SeedRun], code: CountedCode) -> List[str]:
             if not code.packed and run.code_sha256 == text_digest:
                 problems.append("%s: %s differs from the script that ran only in its line endings (CR bytes)"
                                 % (run.name, code.name))
+            elif code.packed and run.code_sha256 == sha256_bytes(code.data):
+                problems.append("%s: code_sha256 is the sha256 of the packed %s itself: the trainer that ran hashed "
+                                "the file it was started from, not the source it runs (it must read its source "
+                                "through linecache, records/pack.py)" % (run.name, code.name))
             else:
                 problems.append("%s: code_sha256 %s... differs from %s's %s...: the log comes from another "
                                 "version of the script" % (run.name, run.code_sha256[:12], what, digest[:12]))

@@ -471,6 +471,16 @@ def test_check_log_from_another_code_version_is_named(bad_folder):
                                                 hashlib.sha256(source.encode()).hexdigest()[:12])]
 
 
+def test_check_log_that_hashed_the_packed_file_itself(bad_folder):
+    path = bad_folder / "train_seed42.log"
+    text = path.read_text(encoding="utf-8")
+    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    path.write_text(text.replace(digest, hashlib.sha256(PACKED).hexdigest(), 1), encoding="utf-8")
+    assert "train_seed42.log: code_sha256 is the sha256 of the packed train_gpt.py itself: the trainer that ran " \
+           "hashed the file it was started from, not the source it runs (it must read its source through " \
+           "linecache, records/pack.py)" in problems_of(bad_folder)
+
+
 def test_check_log_holding_two_runs(bad_folder):
     path = bad_folder / "train_seed42.log"
     first = path.read_text(encoding="utf-8")
