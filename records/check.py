@@ -1,24 +1,32 @@
 """The rules a record folder must pass before it is submitted; every function returns one line per problem.
 
 A folder `records/<track>/<YYYY-MM-DD>_<Name>/` passes when: README.md, submission.json, train_gpt.py and at
-least one log are present; every log is named train_seed<N>.log after the seed it ran; every log carries the
-code_sha256 of this train_gpt.py (and, for our file logs, its exact source and byte count); configs agree across
-seeds in everything but SEED and RUN_ID; every log has the headline line and a total size <= 16,000,000 bytes;
-train_gpt.py parses with the Python 3.10 grammar (and compiles under a real python3.10 when one exists) and
-imports without side effects; submission.json states the headline mean, the largest seed's bytes and the seeds.
+least one log are present; every log is named train_seed<N>.log after the seed it ran and holds one run; every
+log carries the code_sha256 of the source train_gpt.py runs (a packed train_gpt.py, records/pack.py, is decoded
+first: its wrapper must be exactly the packer's and its payload must decode to the sha256 it states), our file
+logs its exact source too, and every log's `Code size` is train_gpt.py's size, the counted bytes; configs agree
+across seeds in everything but SEED and RUN_ID; every log has the headline line and a total size <= 16,000,000
+bytes; train_gpt.py and the source it runs parse with the Python 3.10 grammar (and compile under a real
+python3.10 when one exists) and train_gpt.py imports without side effects; submission.json states the headline
+mean, the largest seed's bytes and the seeds.
+
+What the checker itself lacks (brotli to decode a packed file, a module the submission imports) is raised as
+MissingDependency, never reported as a problem of the submission.
 """
 import ast
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from records.parse import (HEADLINE_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, SeedRun, choose_headline,
                            config_differences, parse_log)
@@ -30,6 +38,7 @@ LOG_NAME = re.compile(r"train_seed(\d+)\.log$")
 FOLDER_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})_[A-Za-z0-9][A-Za-z0-9._+-]*$")
 IMPORT_TIMEOUT_SECONDS = 300
 IMPORT_REPORT_PREFIX = "RECORDS_IMPORT_REPORT "
+QUICK_START_PYTHON = "tools/py"  # runs Python in the quick start's environment (./.venv), README's Quick start
 
 # Runs in a child process with CUDA hidden: imports the script like the tests do (registered in sys.modules
 # before exec, no bytecode written) with every socket connect and name lookup refused, then reports.
@@ -44,7 +53,7 @@ socket.socket.connect = refuse
 socket.socket.connect_ex = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-error = None
+error = missing_module = None
 try:
     spec = importlib.util.spec_from_file_location("submitted_train_gpt", sys.argv[1])
     module = importlib.util.module_from_spec(spec)
@@ -52,7 +61,10 @@ try:
     spec.loader.exec_module(module)
 except BaseException as exc:
     error = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-report = {"error": error, "network": attempts, "process_group": False, "cuda": False}
+    if isinstance(exc, ModuleNotFoundError):
+        missing_module = exc.name
+report = {"error": error, "missing_module": missing_module, "network": attempts, "process_group": False,
+          "cuda": False}
 torch = sys.modules.get("torch")
 if torch is not None:
     distributed = getattr(torch, "distributed", None)
@@ -63,8 +75,62 @@ print("RECORDS_IMPORT_REPORT " + json.dumps(report), flush=True)
 '''
 
 
+class MissingDependency(RuntimeError):
+    """The checker's (or maker's) Python lacks a module it needs: the environment's problem, not the folder's."""
+
+
+def module_available(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules (blocked)
+        return False
+
+
+def missing_dependency_message(tool: str, modules: Sequence[str], purpose: str = "") -> str:
+    return ("%s needs %s%s, which this Python (%s) lacks: run it in the quick start's environment (%s -m %s ...) "
+            "or install the project's requirements into this Python (%s -m pip install -r requirements.txt)"
+            % (tool, ", ".join(modules), purpose, sys.executable, QUICK_START_PYTHON, tool.split()[0],
+               sys.executable))
+
+
+def require_modules(tool: str, modules: Sequence[str]) -> None:
+    """Raise MissingDependency naming every module of `modules` this Python cannot import."""
+    missing = [name for name in modules if not module_available(name)]
+    if missing:
+        raise MissingDependency(missing_dependency_message(tool, missing))
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class CountedCode:
+    """A submission's train_gpt.py: the counted bytes and the source they run (the bytes themselves, or a packed
+    file's decoded payload). `error` says why a packed file's source is unknown."""
+
+    name: str
+    data: bytes
+    packed: bool
+    source: Optional[str] = None
+    error: Optional[str] = None
+
+    @property
+    def source_sha256(self) -> Optional[str]:
+        return None if self.source is None else sha256_bytes(self.source.encode("utf-8"))
+
+
+def counted_code(data: bytes, name: str = "train_gpt.py", tool: str = "records.make check") -> CountedCode:
+    from records.pack import PackError, is_packed
+
+    if not is_packed(data):
+        return CountedCode(name, data, packed=False, source=data.decode("utf-8", "replace"))
+    require_modules(tool, ["brotli"])
+    from records.pack import unpack
+    try:
+        return CountedCode(name, data, packed=True, source=unpack(data, name))
+    except PackError as exc:
+        return CountedCode(name, data, packed=True, error=str(exc))
 
 
 def find_python310() -> Optional[str]:
@@ -87,23 +153,25 @@ def find_python310() -> Optional[str]:
     return None
 
 
-def grammar_problems(script: Path, python310: Optional[str]) -> List[str]:
+def grammar_problems(name: str, data: bytes, python310: Optional[str]) -> List[str]:
     """ast with feature_version=(3, 10) catches most 3.11+ syntax; a real python3.10 catches the rest."""
-    source = script.read_bytes()
     try:
-        ast.parse(source, filename=script.name, feature_version=(3, 10))
+        ast.parse(data, filename=name, feature_version=(3, 10))
     except SyntaxError as exc:
-        return ["%s:%s: does not parse with the Python 3.10 grammar: %s" % (script.name, exc.lineno, exc.msg)]
+        return ["%s:%s: does not parse with the Python 3.10 grammar: %s" % (name, exc.lineno, exc.msg)]
     if python310 is None:
         return []
     with tempfile.TemporaryDirectory() as scratch:  # py_compile's default would write __pycache__ next to it
+        copy = os.path.join(scratch, "source.py")
+        with open(copy, "wb") as handle:
+            handle.write(data)
         result = subprocess.run(
             [python310, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], "
-                              "doraise=True)", str(script), os.path.join(scratch, "check.pyc")],
+                              "doraise=True)", copy, os.path.join(scratch, "check.pyc")],
             capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or ["exit %d" % result.returncode])[-1]
-        return ["%s: python3.10 py_compile fails (%s): %s" % (script.name, python310, detail)]
+        return ["%s: python3.10 py_compile fails (%s): %s" % (name, python310, detail)]
     return []
 
 
@@ -133,6 +201,9 @@ def import_problems(script: Path, timeout: int = IMPORT_TIMEOUT_SECONDS) -> List
         tail = (result.stderr.strip().splitlines() or ["exit %d" % result.returncode])[-1]
         return ["%s: import check crashed: %s" % (script.name, tail)]
     report = json.loads(reports[-1][len(IMPORT_REPORT_PREFIX):])
+    if report["missing_module"]:
+        raise MissingDependency(missing_dependency_message(
+            "records.make check", [report["missing_module"]], " to import %s (%s)" % (script.name, report["error"])))
     if report["error"]:
         problems.append("%s: import failed: %s" % (script.name, report["error"]))
     if report["network"]:
@@ -147,33 +218,44 @@ def import_problems(script: Path, timeout: int = IMPORT_TIMEOUT_SECONDS) -> List
     return problems
 
 
-def provenance_problems(runs: List[SeedRun], script: Path) -> List[str]:
-    """Each log must come from exactly this train_gpt.py: same sha256 (the trainer hashes its own UTF-8 text),
-    the same embedded source where the log has one, and the same byte count."""
-    data = script.read_bytes()
-    digest = sha256_bytes(data)
-    text_digest = sha256_bytes(data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+def provenance_problems(runs: List[SeedRun], code: CountedCode) -> List[str]:
+    """Each log must come from exactly the source `code` runs: the same sha256 (the trainer hashes the UTF-8 text
+    it runs), the same embedded source where the log has one, and a `Code size` equal to the counted bytes."""
+    if code.error:
+        return [code.error]
+    digest = code.source_sha256 if code.packed else sha256_bytes(code.data)
+    text_digest = sha256_bytes(code.data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
                                .encode("utf-8"))
+    readable_bytes = len(code.source.encode("utf-8"))
+    what = "the source packed in %s" % code.name if code.packed else code.name
     problems = []
     for run in runs:
         if run.code_sha256 is None:
             problems.append("%s: no code_sha256 line, so it cannot be tied to %s (use the trainer's file log "
-                            "logs/<RUN_ID>.txt, not a console copy)" % (run.name, script.name))
+                            "logs/<RUN_ID>.txt, not a console copy)" % (run.name, code.name))
             continue
         if run.code_sha256 != digest:
-            if run.code_sha256 == text_digest:
+            if not code.packed and run.code_sha256 == text_digest:
                 problems.append("%s: %s differs from the script that ran only in its line endings (CR bytes)"
-                                % (run.name, script.name))
+                                % (run.name, code.name))
+            elif code.packed and run.code_sha256 == sha256_bytes(code.data):
+                problems.append("%s: code_sha256 is the sha256 of the packed %s itself: the trainer that ran hashed "
+                                "the file it was started from, not the source it runs (it must read its source "
+                                "through linecache, records/pack.py)" % (run.name, code.name))
             else:
                 problems.append("%s: code_sha256 %s... differs from %s's %s...: the log comes from another "
-                                "version of the script" % (run.name, run.code_sha256[:12], script.name,
-                                                           digest[:12]))
+                                "version of the script" % (run.name, run.code_sha256[:12], what, digest[:12]))
         if run.source is not None and run.source_sha256() != run.code_sha256:
             problems.append("%s: the source embedded in the log does not hash to its code_sha256 line (edited?)"
                             % run.name)
-        if run.bytes_code is not None and run.bytes_code != len(data):
-            problems.append("%s: Code size %d bytes differs from %s's %d bytes"
-                            % (run.name, run.bytes_code, script.name, len(data)))
+        if run.bytes_code is not None and run.bytes_code != len(code.data):
+            if code.packed and run.bytes_code == readable_bytes:
+                problems.append("%s: Code size %d bytes is the readable source's size, but the counted file %s is "
+                                "packed (%d bytes): the log comes from a trainer that did not count the packed "
+                                "bytes" % (run.name, run.bytes_code, code.name, len(code.data)))
+            else:
+                problems.append("%s: Code size %d bytes differs from %s's %d bytes"
+                                % (run.name, run.bytes_code, code.name, len(code.data)))
     return problems
 
 
@@ -181,6 +263,9 @@ def seed_and_config_problems(runs: List[SeedRun]) -> List[str]:
     problems = []
     seen = {}
     for run in runs:
+        if run.run_count > 1:
+            problems.append("%s: holds %d runs (a run was appended to the same logs/<RUN_ID>.txt): a record log must "
+                            "hold exactly one run" % (run.name, run.run_count))
         if not run.config:
             problems.append("%s: no config: lines (use the trainer's file log logs/<RUN_ID>.txt)" % run.name)
         if run.seed is None:
@@ -232,7 +317,8 @@ def _tolerance(value) -> float:
     return 0.5 * 10.0 ** -decimals + 1e-12
 
 
-def submission_problems(submission: dict, runs: List[SeedRun], script: Path, folder_date: Optional[str]) -> List[str]:
+def submission_problems(submission: dict, runs: List[SeedRun], code: Optional[CountedCode],
+                        folder_date: Optional[str]) -> List[str]:
     problems = ["submission.json: missing field %s" % name for name in REQUIRED_SUBMISSION_FIELDS
                 if submission.get(name) in (None, "")]
     declared = submission.get("metric")
@@ -252,7 +338,7 @@ def submission_problems(submission: dict, runs: List[SeedRun], script: Path, fol
     if totals and isinstance(submission.get("bytes_total"), int) and submission["bytes_total"] != max(totals):
         problems.append("submission.json: bytes_total %d is not the largest seed's total %d"
                         % (submission["bytes_total"], max(totals)))
-    code_bytes = len(script.read_bytes()) if script.is_file() else None
+    code_bytes = len(code.data) if code is not None else None
     stated_code = submission.get("bytes_code")
     if code_bytes is not None and isinstance(stated_code, int) and stated_code != code_bytes:
         problems.append("submission.json: bytes_code %d is not train_gpt.py's size %d"
@@ -307,6 +393,7 @@ def check_folder(folder, run_import: bool = True, python310: Optional[str] = "au
         problems.append("no train log (train_seed<N>.log) in the folder")
     runs = [parse_log(path) for path in log_paths]
     script = folder / "train_gpt.py"
+    code = counted_code(script.read_bytes(), script.name) if script.is_file() else None
     submission, declared = {}, None
     if (folder / "submission.json").is_file():
         try:
@@ -317,15 +404,19 @@ def check_folder(folder, run_import: bool = True, python310: Optional[str] = "au
     if runs:
         problems += seed_and_config_problems(runs)
         problems += headline_and_size_problems(runs, declared)
-        if script.is_file():
-            problems += provenance_problems(runs, script)
+        if code is not None:
+            problems += provenance_problems(runs, code)
+    elif code is not None and code.error:
+        problems.append(code.error)
     if submission:
-        problems += submission_problems(submission, runs, script, name_match.group(1) if name_match else None)
-    if script.is_file():
+        problems += submission_problems(submission, runs, code, name_match.group(1) if name_match else None)
+    if code is not None:
         python310 = find_python310() if python310 == "auto" else python310
         if python310 is None:
             notes.append("no python3.10 found: checked the 3.10 grammar with ast feature_version=(3, 10) only")
-        problems += grammar_problems(script, python310)
+        problems += grammar_problems(script.name, code.data, python310)
+        if code.packed and code.source is not None:
+            problems += grammar_problems("%s (packed source)" % script.name, code.source.encode("utf-8"), python310)
         if run_import:
             problems += import_problems(script)
         else:

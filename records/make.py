@@ -1,27 +1,34 @@
 """Build and check record folders from train logs.
 
-    python3 -m records.make parse LOG...                        per-seed results as JSON (absent ones named)
-    python3 -m records.make make --name NAME --author A --github-id G [--baseline DIR] LOG...
-    python3 -m records.make check DIR                           rule check; exit 1 with one line per problem
+    tools/py -m records.make parse LOG...                        per-seed results as JSON (absent ones named)
+    tools/py -m records.make make --name NAME --author A --github-id G [--baseline DIR] LOG...
+    tools/py -m records.make check DIR                           rule check; exit 1 with one line per problem
 
-`make` refuses (exit 2, nothing written) logs whose code_sha256 is not the submitted train_gpt.py's, or whose
-configs differ in anything but SEED and RUN_ID. Otherwise it writes records/<track>/<date>_<Name>/ (train_gpt.py,
-train_seed<N>.log, submission.json, curves.png, README.md), runs `check` on it and exits 1 if that finds problems.
+`make` refuses (exit 2, nothing written) logs whose code_sha256 is not the source of --script (the readable
+train_gpt.py), whose `Code size` is not the packed file's size, that hold more than one run, or whose configs
+differ in anything but SEED and RUN_ID. Otherwise it writes records/<track>/<date>_<Name>/: train_gpt.py (the
+counted file: --script packed by records/pack.py), train_seed<N>.log, submission.json, curves.png, README.md,
+requirements.txt. It builds the folder in a temporary folder beside it and moves it into place only when it is
+complete, then runs `check` on it and exits 1 if that finds problems. A module the tool needs and this Python
+lacks (brotli, matplotlib, scipy for --baseline; torch for check's import) is exit 2 with the module named.
 """
 import argparse
 import ast
 import datetime
 import json
 import math
+import os
 import re
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional, Tuple
 
-from records.check import check_folder, provenance_problems, seed_and_config_problems
+from records.check import (CountedCode, MissingDependency, check_folder, provenance_problems, require_modules,
+                           seed_and_config_problems)
 from records.parse import (PRE_TTT_KEYS, ROUNDTRIP_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, Headline, SeedRun,
                            choose_headline, parse_log)
 
@@ -29,6 +36,9 @@ IMPROVEMENT_MARGIN_NATS = 0.005  # the challenge: beat the previous record by >=
 SIGNIFICANCE_LEVEL = 0.01  # ... shown at p < 0.01
 DEFAULT_TRACK = "track_10min_16mb"
 PLOT_NAME = "curves.png"
+# What the packed train_gpt.py needs beyond the challenge's image (torch, numpy, sentencepiece).
+FOLDER_REQUIREMENTS = "# the packed train_gpt.py decodes its source with brotli\nbrotli\n"
+GENERATED_FILES = ("README.md", "submission.json", "train_gpt.py", PLOT_NAME, "requirements.txt")
 
 
 # ---- statistics ----
@@ -266,7 +276,7 @@ def _warnings_section(runs: List[SeedRun]) -> List[str]:
 
 
 def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, hardware: str,
-                 significance: List[str], defaults: Dict[str, str]) -> None:
+                 significance: List[str], defaults: Dict[str, str], code: CountedCode) -> None:
     scores = [run.exact[headline.key] for run in runs] if headline.key else []
     totals = [run.bytes_total for run in runs if run.bytes_total is not None]
     if scores:
@@ -299,14 +309,17 @@ def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, ha
                                                    for run in runs[1:]) or "none"),
               "", "## Hardware and software (from the logs)", ""]
     lines += _software(runs) + [
-        "- train_gpt.py: %d bytes, sha256 `%s` (the `code_sha256` of every log)" % (
-            runs[0].bytes_code or len((folder / "train_gpt.py").read_bytes()), runs[0].code_sha256), "",
-        "Built with `python3 -m records.make make`; `python3 -m records.make check records/%s/%s` re-runs the "
+        "- train_gpt.py: %d bytes, the counted code: the readable source (%d bytes, sha256 `%s`, the `code_sha256` "
+        "of every log) packed by records/pack.py. Every log holds that source after its `code_sha256` line; "
+        "`tools/py -m records.pack unpack train_gpt.py` prints it too" % (
+            len(code.data), len(code.source.encode("utf-8")), code.source_sha256),
+        "- requirements.txt: what the packed file needs beyond torch, numpy and sentencepiece", "",
+        "Built with `tools/py -m records.make make`; `tools/py -m records.make check records/%s/%s` re-runs the "
         "rule checks." % (args.track, folder.name), ""]
     (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: str, code_bytes: int,
+def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: str, code: CountedCode,
                       significance: Optional[dict]) -> dict:
     scores = [run.exact[headline.key] for run in runs] if headline.key else []
     totals = [run.bytes_total for run in runs if run.bytes_total is not None]
@@ -324,7 +337,8 @@ def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: s
         "val_loss": rounded(mean(score[0] for score in scores)) if scores else None,
         "metric": headline.key, "metric_note": headline.note,
         "pre_ttt_val_bpb": rounded(mean(pre)) if len(pre) == len(runs) else None,
-        "bytes_total": max(totals) if len(totals) == len(runs) else None, "bytes_code": code_bytes,
+        "bytes_total": max(totals) if len(totals) == len(runs) else None, "bytes_code": len(code.data),
+        "bytes_code_readable": len(code.source.encode("utf-8")),
         "seeds": [run.seed for run in runs],
         "seed_results": [{
             "seed": run.seed, "log": "train_seed%s.log" % run.seed,
@@ -335,7 +349,7 @@ def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: s
             "steps": run.steps, "step_avg_ms": run.step_avg_ms, "train_time_ms": run.train_time_ms,
             "bytes_model": run.bytes_model, "bytes_total": run.bytes_total, "absent": run.absent(),
         } for run in runs],
-        "code_sha256": runs[0].code_sha256,
+        "code_sha256": code.source_sha256,
         "python_version": runs[0].python_version, "pytorch_version": runs[0].pytorch_version,
     }
     if significance is not None:
@@ -354,13 +368,71 @@ def _parse_baseline(directory: str) -> List[SeedRun]:
     return [parse_log(path) for path in paths]
 
 
+def read_script(script: Path) -> CountedCode:
+    """--script (readable, or already packed) -> the packed counted file and its source."""
+    from records.pack import is_packed, pack_source, read_source, unpack
+
+    data = script.read_bytes()
+    source = unpack(data, str(script)) if is_packed(data) else read_source(script)
+    return CountedCode("train_gpt.py", pack_source(source), packed=True, source=source)
+
+
+def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, code: CountedCode) -> None:
+    """Every file of the record folder, into `folder` (which exists and holds nothing of ours)."""
+    (folder / "train_gpt.py").write_bytes(code.data)
+    (folder / "requirements.txt").write_text(FOLDER_REQUIREMENTS, encoding="utf-8")
+    for run in runs:
+        shutil.copyfile(run.path, folder / ("train_seed%d.log" % run.seed))
+    baseline = _parse_baseline(args.baseline) if args.baseline else []
+    if args.baseline and not baseline:
+        print("warning: --baseline %s holds no *.log or *.txt logs" % args.baseline, file=sys.stderr)
+    significance_lines, significance = [], None
+    if baseline:
+        significance_lines, significance = _significance_section(runs, headline, baseline,
+                                                                 choose_headline(baseline), args.baseline)
+    hardware = _runs_hardware(runs)
+    draw_curves(runs, baseline, folder / PLOT_NAME)
+    defaults = hyperparameter_defaults(code.source)
+    write_readme(folder, args, runs, headline, hardware, significance_lines, defaults, code)
+    record = submission_record(args, runs, headline, hardware, code, significance)
+    (folder / "submission.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def publish_folder(target: Path, build) -> None:
+    """Build the folder beside `target` with build(folder) and move it into place only once build returns: a crash
+    leaves neither a half-built folder nor a stale build behind. Replacing an existing folder (--force) keeps the
+    files of it that make does not write (notes, extra plots); its logs are replaced by the new ones."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".%s.building-" % target.name, dir=target.parent))
+    try:
+        folder = scratch / target.name
+        folder.mkdir()
+        if target.is_dir():
+            for path in target.iterdir():
+                if path.name not in GENERATED_FILES and not re.match(r"train_seed\d+\.log$", path.name):
+                    (shutil.copytree if path.is_dir() else shutil.copy2)(path, folder / path.name)
+        build(folder)
+        if target.exists():
+            os.rename(target, scratch / "replaced")
+        os.rename(folder, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def command_make(args) -> int:
+    require_modules("records.make make", ["brotli", "matplotlib"] + (["scipy"] if args.baseline else []))
     script = Path(args.script)
     if not script.is_file():
         print("error: %s: no such file (pass --script)" % script, file=sys.stderr)
         return 2
+    from records.pack import PackError
+    try:
+        code = read_script(script)
+    except (PackError, SyntaxError, ValueError) as exc:
+        print("error: --script %s: %s" % (script, exc), file=sys.stderr)
+        return 2
     runs = sorted((parse_log(path) for path in args.logs), key=lambda run: (run.seed is None, run.seed or 0))
-    refusals = provenance_problems(runs, script) + seed_and_config_problems(runs)
+    refusals = provenance_problems(runs, code) + seed_and_config_problems(runs)
     if refusals:
         print("refused: nothing written", file=sys.stderr)
         for problem in refusals:
@@ -373,33 +445,20 @@ def command_make(args) -> int:
     print("headline: %s" % headline.note, file=sys.stderr)
     folder = Path(args.out) / args.track / ("%s_%s" % (args.date, _folder_name(args.name)))
     if folder.exists() and not args.force:
-        print("error: %s exists (pass --force to rewrite its generated files)" % folder, file=sys.stderr)
+        print("error: %s exists (pass --force to replace it)" % folder, file=sys.stderr)
         return 2
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("train_seed*.log"):
-        stale.unlink()
-    shutil.copyfile(script, folder / "train_gpt.py")
-    for run in runs:
-        shutil.copyfile(run.path, folder / ("train_seed%d.log" % run.seed))
-    baseline = _parse_baseline(args.baseline) if args.baseline else []
-    if args.baseline and not baseline:
-        print("warning: --baseline %s holds no *.log or *.txt logs" % args.baseline, file=sys.stderr)
-    significance_lines, significance = [], None
-    if baseline:
-        significance_lines, significance = _significance_section(runs, headline, baseline,
-                                                                 choose_headline(baseline), args.baseline)
-    hardware = _runs_hardware(runs)
-    draw_curves(runs, baseline, folder / PLOT_NAME)
-    defaults = hyperparameter_defaults(script.read_text(encoding="utf-8"))
-    write_readme(folder, args, runs, headline, hardware, significance_lines, defaults)
-    record = submission_record(args, runs, headline, hardware, len(script.read_bytes()), significance)
-    (folder / "submission.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    publish_folder(folder, lambda building: write_folder(building, args, runs, headline, code))
     print(folder)
     return report_check(folder, run_import=not args.skip_import_check)
 
 
 def report_check(folder: Path, run_import: bool = True) -> int:
-    problems, notes = check_folder(folder, run_import=run_import)
+    try:
+        problems, notes = check_folder(folder, run_import=run_import)
+    except MissingDependency as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        print("check: not done: %s could not be checked with this Python" % folder, file=sys.stderr)
+        return 2
     for note in notes:
         print("note: " + note, file=sys.stderr)
     for problem in problems:
@@ -420,7 +479,7 @@ def command_parse(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python3 -m records.make", description=__doc__,
+    parser = argparse.ArgumentParser(prog="tools/py -m records.make", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     parse = commands.add_parser("parse", help="print per-seed results of train logs as JSON")
@@ -430,7 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--name", required=True, help="record name (README title; folder <date>_<Name>)")
     make.add_argument("--author", required=True, help="author's name for submission.json")
     make.add_argument("--github-id", required=True, help="author's GitHub id for submission.json")
-    make.add_argument("--script", default="train_gpt.py", help="the train_gpt.py that produced the logs")
+    make.add_argument("--script", default="train_gpt.py", help="the readable train_gpt.py that produced the logs "
+                                                               "(the folder gets it packed)")
     make.add_argument("--track", default=DEFAULT_TRACK, help="records/<track>/ (default %(default)s)")
     make.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
                       help="YYYY-MM-DD for the folder and submission.json (default: today, UTC)")
@@ -439,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--baseline", help="folder with the previous record's logs: adds the Welch t-test")
     make.add_argument("--out", default=str(Path(__file__).resolve().parent), help="records root (default: "
                                                                                   "this package's folder)")
-    make.add_argument("--force", action="store_true", help="rewrite the generated files of an existing folder")
+    make.add_argument("--force", action="store_true", help="replace an existing folder (files make does not write "
+                                                           "are kept)")
     make.add_argument("--skip-import-check", action="store_true", help="skip the import part of the final check")
     check = commands.add_parser("check", help="check a record folder; exit 1 with one line per problem")
     check.add_argument("folder")
@@ -455,7 +516,11 @@ def main(argv=None) -> int:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", args.date):
             print("error: --date %r is not YYYY-MM-DD" % args.date, file=sys.stderr)
             return 2
-        return command_make(args)
+        try:
+            return command_make(args)
+        except MissingDependency as exc:
+            print("error: %s" % exc, file=sys.stderr)
+            return 2
     return report_check(Path(args.folder), run_import=not args.skip_import_check)
 
 

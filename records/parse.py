@@ -36,6 +36,10 @@ _TOTAL = re.compile(r"Total submission size (\S+): (\d+) bytes")
 _CODE = re.compile(r"Code size: (\d+) bytes")
 _SUBMISSION_BYTES = re.compile(r"submission_bytes code_bytes:(\d+) model_bytes:(\d+) total_bytes:(\d+)")
 _GPU_ROW = re.compile(r"\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|")
+# Each run writes its header first (our file logs: the code_sha256 line; every file log: the versions block), so
+# a log that holds two runs (a second run appended to the same logs/<RUN_ID>.txt) has two of either.
+_RUN_HEADER = re.compile(r"^code_sha256:[0-9a-f]{64}$", re.MULTILINE)
+_VERSIONS_HEADER = re.compile(r"^Running Python ", re.MULTILINE)
 
 
 @dataclass
@@ -72,6 +76,7 @@ class SeedRun:
     bytes_total: Optional[int] = None  # compressed artifact + code: what the 16,000,000 cap applies to
     artifact_format: Optional[str] = None  # int6+lzma, int8+zlib, ...
     warnings: List[str] = field(default_factory=list)  # WARNING / ERROR / error: lines
+    run_count: int = 1  # runs the log holds; more than one means a run was appended to another run's log
 
     @property
     def name(self) -> str:
@@ -121,6 +126,7 @@ class SeedRun:
             "roundtrip": rounded(self.score(ROUNDTRIP_KEYS)), "bytes_model": self.bytes_model,
             "bytes_code": self.bytes_code, "bytes_total": self.bytes_total, "python": self.python_version,
             "pytorch": self.pytorch_version, "gpus": self.gpu_names, "absent": self.absent(),
+            "runs_in_log": self.run_count,
         }
 
 
@@ -221,6 +227,8 @@ def parse_log_text(text: str, path: str = "<text>") -> SeedRun:
     if first_line.startswith("code_sha256:"):
         _parse_header_line(run, first_line)
     run.source, body = _split_source(text)
+    headers = len(_RUN_HEADER.findall(body)) + (1 if first_line.startswith("code_sha256:") else 0)
+    run.run_count = max(1, headers, len(_VERSIONS_HEADER.findall(body)))
     lines = body.splitlines()
     smi_start = next((i for i, line in enumerate(lines) if line.startswith("Running PyTorch")), None)
     if smi_start is not None:

@@ -1,5 +1,6 @@
 """records/ (python3 -m records.make): parsing our trainer's logs (two real tiny CPU runs, shared by the module)
-and the challenge's line formats, the Welch p-value, building a folder, and every `check` rule on crafted folders."""
+and the challenge's line formats, the Welch p-value, building a folder (packed train_gpt.py, built aside and moved
+into place), every `check` rule on crafted folders, and missing tools reported as such."""
 import hashlib
 import json
 import math
@@ -15,15 +16,18 @@ from typing import Tuple
 import pytest
 from scipy import stats
 
-from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
+from tgpt_util import REPO, TRAINER_LOGS_PACKED_SIZE, run_env, tiny_data  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO))
+import records.make  # noqa: E402
 from records.check import check_folder, find_python310, import_problems  # noqa: E402
 from records.make import hyperparameter_defaults, main as records_main, welch_improvement_test  # noqa: E402
+from records.pack import pack_source, read_source  # noqa: E402
 from records.parse import choose_headline, parse_log, parse_log_text  # noqa: E402
 
 SEEDS = (1337, 42)
 SCRIPT = REPO / "train_gpt.py"
+PACKED = pack_source(read_source(SCRIPT))
 SOURCE_END = "=" * 100 + "\nRunning Python"
 # A few steps with a val line at 0, 3 and 6; once the trainer has its end-of-run evals, keep them tiny too.
 RUN_SETTINGS = {"ITERATIONS": "6", "VAL_LOSS_EVERY": "3", "TRAIN_LOG_EVERY": "1"}
@@ -123,6 +127,20 @@ def our_final_lines(seed, code_bytes):
         "legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % (loss, bpb)]) + "\n"
 
 
+def count_packed_bytes(text: str) -> str:
+    """A log of today's trainer as the next stage of issue 19 writes it: `Code size` (and the totals) count the packed
+    file. Does nothing once the trainer logs the packed size (TRAINER_LOGS_PACKED_SIZE)."""
+    if TRAINER_LOGS_PACKED_SIZE:
+        return text
+    model = int(re.search(r"^Serialized model int6\+lzma: (\d+) bytes$", text, re.MULTILINE).group(1))
+    text = re.sub(r"(?m)^Code size: \d+ bytes$", "Code size: %d bytes" % len(PACKED), text)
+    text = re.sub(r"(?m)^Total submission size int6\+lzma: \d+ bytes$",
+                  "Total submission size int6+lzma: %d bytes" % (model + len(PACKED)), text)
+    return re.sub(r"(?m)^submission_bytes code_bytes:\d+ model_bytes:(\d+) total_bytes:\d+",
+                  lambda m: "submission_bytes code_bytes:%d model_bytes:%s total_bytes:%d"
+                  % (len(PACKED), m.group(1), int(m.group(1)) + len(PACKED)), text)
+
+
 def edit_after_source(path: Path, edit) -> None:
     """Apply `edit` to the log's lines after the embedded source (the source and its sha stay intact)."""
     text = path.read_text(encoding="utf-8")
@@ -151,7 +169,8 @@ def real_logs(tiny_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def complete_logs(real_logs, tmp_path_factory):
-    """The real logs, with our end-of-run lines appended where the trainer does not print them yet."""
+    """The real logs, with our end-of-run lines appended where the trainer does not print them yet, counting the
+    packed file's bytes (count_packed_bytes)."""
     folder = tmp_path_factory.mktemp("complete_logs")
     paths = {}
     for seed, path in real_logs.items():
@@ -159,7 +178,7 @@ def complete_logs(real_logs, tmp_path_factory):
         if "legal_ttt_exact" not in text:
             text += our_final_lines(seed, len(SCRIPT.read_bytes()))
         paths[seed] = folder / path.name
-        paths[seed].write_text(text, encoding="utf-8")
+        paths[seed].write_text(count_packed_bytes(text), encoding="utf-8")
     return paths
 
 
@@ -213,7 +232,9 @@ def test_real_run_logs_parse(real_logs):
         assert run.python_version == platform.python_version() and run.pytorch_version
         assert run.config["num_layers"] == "4" and run.val_tokens > 0
         if "legal_ttt_exact" in run.exact:  # the trainer prints its end-of-run lines
-            assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == len(SCRIPT.read_bytes())
+            code_bytes = len(PACKED) if TRAINER_LOGS_PACKED_SIZE else len(SCRIPT.read_bytes())
+            assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == code_bytes
+            assert run.run_count == 1
         else:  # not yet: every absent result is named, nothing crashes
             assert run.absent() == ["artifact bytes (Total submission size ...)",
                                     "final round-trip score (final_int6_roundtrip_exact)",
@@ -300,9 +321,10 @@ def test_welch_p_value_matches_hand_computation():
 # ---- make ----
 def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, baseline_dir):
     names = sorted(path.name for path in good_folder.iterdir())
-    assert names == ["README.md", "curves.png", "submission.json", "train_gpt.py", "train_seed1337.log",
-                     "train_seed42.log"]
-    assert (good_folder / "train_gpt.py").read_bytes() == SCRIPT.read_bytes()
+    assert names == ["README.md", "curves.png", "requirements.txt", "submission.json", "train_gpt.py",
+                     "train_seed1337.log", "train_seed42.log"]
+    assert (good_folder / "train_gpt.py").read_bytes() == PACKED  # the counted file: the packed source
+    assert "brotli" in (good_folder / "requirements.txt").read_text()
     assert (good_folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = [parse_log(complete_logs[seed]) for seed in SEEDS]
     submission = json.loads((good_folder / "submission.json").read_text())
@@ -311,7 +333,9 @@ def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, base
     assert submission["val_loss"] == round(mean(r.exact["legal_ttt_exact"][0] for r in runs), 8)
     assert submission["val_bpb_std"] == round(stdev(r.exact["legal_ttt_exact"][1] for r in runs), 8)
     assert submission["bytes_total"] == max(r.bytes_total for r in runs)
-    assert submission["bytes_code"] == len(SCRIPT.read_bytes()) and sorted(submission["seeds"]) == [42, 1337]
+    assert submission["bytes_code"] == len(PACKED) and sorted(submission["seeds"]) == [42, 1337]
+    assert submission["bytes_code_readable"] == len(SCRIPT.read_bytes())
+    assert submission["code_sha256"] == hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
     assert (submission["author"], submission["github_id"]) == ("Test Author", "tester")
     assert submission["date"] == "2026-11-22"
     baseline_losses = [7.1, 7.2, 7.15]
@@ -322,6 +346,7 @@ def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, base
     assert "SEED=42 RUN_ID=rec_seed42" in readme and "NUM_LAYERS=4" in readme
     assert ("**MEETS**" if expected["p_value"] < 0.01 else "**MISSES**") in readme and "val_loss" in readme
     assert "Python %s" % platform.python_version() in readme
+    assert "train_gpt.py: %d bytes" % len(PACKED) in readme and "records.pack unpack" in readme
     problems, _ = check_folder(good_folder, run_import=True)  # the real import check and python3.10, once
     assert problems == []
 
@@ -337,6 +362,58 @@ def test_make_refuses_mixed_configs_and_another_script(complete_logs, tmp_path):
     rc = records_main(["make", "--name", "x", "--author", "a", "--github-id", "g", "--script", str(other_script),
                        "--out", str(tmp_path / "out2"), str(complete_logs[1337])])
     assert rc == 2 and not (tmp_path / "out2").exists()
+
+
+def test_make_refuses_a_log_that_counted_the_readable_file_or_holds_two_runs(complete_logs, tmp_path, capsys):
+    readable_count = tmp_path / "rec_seed42.txt"
+    text = complete_logs[42].read_text(encoding="utf-8")
+    for counted in ("Code size: %d bytes", "code_bytes:%d "):  # as today's trainer counts: the readable file
+        text = text.replace(counted % len(PACKED), counted % len(SCRIPT.read_bytes()))
+    readable_count.write_text(text, encoding="utf-8")
+    rc, folder = make_record(tmp_path / "out", [complete_logs[1337], readable_count])
+    assert rc == 2 and not (tmp_path / "out").exists()
+    assert "rec_seed42.txt: Code size %d bytes is the readable source's size, but the counted file train_gpt.py is " \
+           "packed (%d bytes)" % (len(SCRIPT.read_bytes()), len(PACKED)) in capsys.readouterr().out
+    two_runs = tmp_path / "rec_seed1337.txt"
+    two_runs.write_text(complete_logs[1337].read_text(encoding="utf-8") * 2, encoding="utf-8")
+    rc, folder = make_record(tmp_path / "out", [two_runs, complete_logs[42]])
+    assert rc == 2 and not (tmp_path / "out").exists()
+    assert "rec_seed1337.txt: holds 2 runs" in capsys.readouterr().out
+
+
+def test_make_builds_aside_and_moves_the_folder_into_place_only_when_complete(complete_logs, tmp_path,
+                                                                            monkeypatch):
+    def crash(*args):
+        raise RuntimeError("simulated crash while drawing the curves")
+    with monkeypatch.context() as patch:
+        patch.setattr(records.make, "draw_curves", crash)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            make_record(tmp_path / "out", complete_logs.values())
+    track = tmp_path / "out" / "track_10min_16mb"
+    assert list(track.iterdir()) == []  # neither the folder nor the build folder is left
+    rc, folder = make_record(tmp_path / "out", complete_logs.values())
+    assert rc == 0 and (folder / "curves.png").is_file()
+    (folder / "ablations.md").write_text("kept\n")
+    readme = (folder / "README.md").read_bytes()
+    with monkeypatch.context() as patch:
+        patch.setattr(records.make, "draw_curves", crash)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            make_record(tmp_path / "out", complete_logs.values(), "--force")
+    assert (folder / "README.md").read_bytes() == readme and sorted(p.name for p in track.iterdir()) == [folder.name]
+    rc, folder = make_record(tmp_path / "out", [complete_logs[1337]], "--force")
+    assert rc == 0 and (folder / "ablations.md").read_text() == "kept\n"
+    assert sorted(p.name for p in folder.glob("train_seed*.log")) == ["train_seed1337.log"]
+
+
+def test_make_reports_a_missing_tool_module_and_writes_nothing(complete_logs, tmp_path):
+    argv = ["make", "--name", "x", "--author", "a", "--github-id", "g", "--script", str(SCRIPT), "--out",
+            str(tmp_path / "out")] + [str(path) for path in complete_logs.values()]
+    probe = "import sys; sys.modules['matplotlib'] = None; from records.make import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", probe] + argv, cwd=REPO, env=run_env({}), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.startswith("error: records.make make needs matplotlib, which this Python (")
+    assert "tools/py -m records.make" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_make_reports_absent_results_and_check_fails_without_the_headline(complete_logs, tmp_path):
@@ -363,10 +440,71 @@ def test_check_missing_required_file(bad_folder):
 
 
 def test_check_script_differs_from_the_logs(bad_folder):
-    with open(bad_folder / "train_gpt.py", "a") as handle:
-        handle.write("# edited after the runs\n")
+    (bad_folder / "train_gpt.py").write_bytes(pack_source(read_source(SCRIPT) + "# edited after the runs\n"))
     problems = problems_of(bad_folder)
-    assert any("train_seed1337.log: code_sha256" in p and "another version of the script" in p for p in problems)
+    assert any(p.startswith("train_seed1337.log: code_sha256") and "differs from the source packed in train_gpt.py"
+               in p and "another version of the script" in p for p in problems)
+
+
+def test_check_one_byte_edit_of_the_packed_payload(bad_folder):
+    text = (bad_folder / "train_gpt.py").read_text(encoding="ascii")
+    at = text.index('_p="') + 1000
+    (bad_folder / "train_gpt.py").write_text(text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1:],
+                                            encoding="ascii")
+    problems = problems_of(bad_folder)
+    assert problems[0].startswith("train_gpt.py: the packed source "), problems
+    assert "the file was edited after packing" in problems[0]
+
+
+def test_check_log_from_another_code_version_is_named(bad_folder):
+    path = bad_folder / "train_seed42.log"
+    text = path.read_text(encoding="utf-8")
+    source = read_source(SCRIPT)
+    other = source + "# another version\n"
+    text = text.replace(source, other, 1).replace(hashlib.sha256(source.encode()).hexdigest(),
+                                                  hashlib.sha256(other.encode()).hexdigest(), 1)
+    path.write_text(text, encoding="utf-8")
+    problems = problems_of(bad_folder)
+    assert [p for p in problems if "another version" in p] == [
+        "train_seed42.log: code_sha256 %s... differs from the source packed in train_gpt.py's %s...: the log comes "
+        "from another version of the script" % (hashlib.sha256(other.encode()).hexdigest()[:12],
+                                                hashlib.sha256(source.encode()).hexdigest()[:12])]
+
+
+def test_check_log_that_hashed_the_packed_file_itself(bad_folder):
+    path = bad_folder / "train_seed42.log"
+    text = path.read_text(encoding="utf-8")
+    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    path.write_text(text.replace(digest, hashlib.sha256(PACKED).hexdigest(), 1), encoding="utf-8")
+    assert "train_seed42.log: code_sha256 is the sha256 of the packed train_gpt.py itself: the trainer that ran " \
+           "hashed the file it was started from, not the source it runs (it must read its source through " \
+           "linecache, records/pack.py)" in problems_of(bad_folder)
+
+
+def test_check_log_holding_two_runs(bad_folder):
+    path = bad_folder / "train_seed42.log"
+    first = path.read_text(encoding="utf-8")
+    path.write_text(first + first[:first.index("\n", first.index("config:")) + 1], encoding="utf-8")
+    problems = problems_of(bad_folder)
+    assert "train_seed42.log: holds 2 runs (a run was appended to the same logs/<RUN_ID>.txt): a record log must " \
+           "hold exactly one run" in problems
+
+
+def test_check_reports_a_module_the_checker_lacks_not_a_defect_of_the_submission(good_folder, tmp_path):
+    stub = tmp_path / "no_torch" / "torch"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    result = subprocess.run([sys.executable, "-m", "records.make", "check", str(good_folder)], cwd=REPO,
+                            env=run_env({"PYTHONPATH": str(tmp_path / "no_torch")}), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "error: records.make check needs torch to import train_gpt.py" in result.stderr
+    assert "import failed" not in result.stderr and "could not be checked with this Python" in result.stderr
+    probe = "import sys; sys.modules['brotli'] = None; from records.make import main; sys.exit(main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", probe, "check", "--skip-import-check", str(good_folder)],
+                            cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: records.make check needs brotli, which this Python (")
 
 
 def test_check_configs_differ_between_seeds(bad_folder):
@@ -386,20 +524,21 @@ def test_check_seed_over_the_size_cap(bad_folder):
 
 
 def test_check_python_310_grammar(bad_folder):
-    with open(bad_folder / "train_gpt.py", "a") as handle:
-        handle.write("try:\n    pass\nexcept* ValueError:\n    pass\n")
+    source = read_source(SCRIPT) + "try:\n    pass\nexcept* ValueError:\n    pass\n"
+    (bad_folder / "train_gpt.py").write_bytes(pack_source(source))  # the wrapper parses, its payload does not
     problems = problems_of(bad_folder)
-    assert any("does not parse with the Python 3.10 grammar" in p for p in problems)
+    assert any(re.match(r"train_gpt\.py \(packed source\):\d+: does not parse with the Python 3\.10 grammar", p)
+               for p in problems), problems
 
 
 def test_check_real_python_310_compile(bad_folder):
     python310 = find_python310()
     if python310 is None:
         pytest.skip("no python3.10 on this machine")
-    with open(bad_folder / "train_gpt.py", "a") as handle:
-        handle.write("pieces = {}\nvalue = pieces[*(1, 2)]\n")  # 3.11 syntax that ast's feature_version lets through
+    source = read_source(SCRIPT) + "pieces = {}\nvalue = pieces[*(1, 2)]\n"  # 3.11 syntax ast's feature_version misses
+    (bad_folder / "train_gpt.py").write_bytes(pack_source(source))
     problems = problems_of(bad_folder, python310=python310)
-    assert any("python3.10 py_compile fails" in p for p in problems)
+    assert any(p.startswith("train_gpt.py (packed source): python3.10 py_compile fails") for p in problems), problems
     assert not any("does not parse with the Python 3.10 grammar" in p for p in problems)
 
 
