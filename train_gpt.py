@@ -788,9 +788,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def _init_weights(self, h: Hyperparameters) -> None:
-        """The record's draws in its order (SPEC §4), so a seed gives the record's weights bit for bit: after the
-        constructors' draws (nn defaults, ve_shared.embed's N(0, 0.01^2)), tok_emb, the banks layer by layer,
-        then the projections in module order. Zero fills draw nothing."""
+        """SPEC §4's draw order, so a seed gives the record's weights: after the constructors' draws, tok_emb, the
+        banks layer by layer, then the projections."""
         n = self.num_layers
         nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
         nn.init.zeros_(self.bigram.embed.weight)
@@ -801,8 +800,7 @@ class GPT(nn.Module):
             nn.init.orthogonal_(self.kv_bank[n + i])
             nn.init.orthogonal_(self.mlp_up_bank[i])
             nn.init.zeros_(self.mlp_down_bank[i])
-        # The record orthogonalises only Linears with both dims >= 64 and leaves smaller ones zero; a zero
-        # bigram.proj beside the zero bigram.embed never gets a gradient, so here every size is orthogonal.
+        # any size (the record: both dims >= 64, else zero, and a zero bigram.proj never gets a gradient)
         for module in self.modules():
             if isinstance(module, CastedLinear):
                 (nn.init.zeros_ if module is self.lm_head else nn.init.orthogonal_)(module.weight)
@@ -854,7 +852,7 @@ class GPT(nn.Module):
         return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
 
 def build_model(h: Hyperparameters, device: torch.device) -> GPT:
-    """Seeded fp32 build on CPU (nothing draws between the seeding and GPT()), then on CUDA the dtype recipe."""
+    """Seeded fp32 build on CPU, then on CUDA the dtype recipe."""
     random.seed(h.seed)
     np.random.seed(h.seed)
     torch.manual_seed(h.seed)
@@ -862,9 +860,8 @@ def build_model(h: Hyperparameters, device: torch.device) -> GPT:
     return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
-    """The record's CUDA dtypes (SPEC §4): bf16, then fp32 again for the banks, the CastedLinear weights, every
-    0-D/1-D parameter and every parameter whose name contains a CONTROL_TENSOR_NAME_PATTERNS entry (resid_mix,
-    skip_weights: their small Adam updates would round away in bf16). Only the three embeddings stay bf16."""
+    """SPEC §4: bf16, then fp32 again for the banks, CastedLinear weights, 0-D/1-D parameters and names containing
+    a CONTROL_TENSOR_NAME_PATTERNS entry (small Adam updates to resid_mix would round away in bf16)."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     model.bfloat16()
@@ -974,7 +971,7 @@ class ValueEmbedding(nn.Module):
         super().__init__()
         kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
         self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
-        nn.init.normal_(self.embed.weight, std=0.01)  # here, before proj's draws, as the record (SPEC §4)
+        nn.init.normal_(self.embed.weight, std=0.01)  # before proj's draws, as the record
         self.proj = CastedLinear(h.ve_dim, kv_dim)
         self.scale = nn.Parameter(torch.tensor(0.1))
 
@@ -1788,9 +1785,8 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
-    """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0, a CPU sum of snapshots every
-    SWA_EVERY steps once the LR scale is below 0.2. With both on the EMA is applied (as the record, which summed
-    SWA snapshots it never used), so no snapshots are taken."""
+    """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the record's EMA wins), a CPU
+    sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.decay, self.swa_every = h.ema_decay, h.swa_every
@@ -1812,7 +1808,7 @@ class WeightAverages:
         """Returns True when this call took the first snapshot (the caller logs `swa:start`)."""
         if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
             return False
-        # copy=True: .float().cpu() of an fp32 CPU tensor is the tensor itself, and the sum would alias the weights
+        # a copy: .float().cpu() of an fp32 CPU tensor is that tensor, and += would then change the weights
         snapshot = {k: t.detach().to(device="cpu", dtype=torch.float32, copy=True) for k, t in self.live.items()}
         if self.swa_sum is None:
             self.swa_sum = snapshot
@@ -1823,8 +1819,8 @@ class WeightAverages:
         return self.swa_count == 1
 
 def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> str:
-    """Load the end-of-run average into `model` (strict, own dtypes): "ema" (the record), else with SWA_ENABLED
-    "swa" (the snapshots' mean, which the record computed and dropped), or "raw" (the trained weights)."""
+    """Load the end-of-run average into `model` (strict, own dtypes): "ema" (the record), "swa" (the snapshots'
+    mean), or "raw" (the trained weights)."""
     if averages.swa_enabled and averages.swa_count == 0:
         logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
     if averages.swa_enabled and averages.swa_count > 0:
@@ -1911,11 +1907,10 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
-    """SPEC §8 plain eval, periodic and final: non-overlapping `seq_len` (default TRAIN_SEQ_LEN) sequences split
+    """SPEC §8 plain eval, periodic and final: non-overlapping sequences of seq_len (default TRAIN_SEQ_LEN) split
     contiguously over ranks, fed by the val feeder. loss_sum(x, y) is a batch's fp64 nll sum: by default the
-    training forward's batch mean times its targets, in batches of VAL_BATCH_SIZE / (world_size *
-    grad_accum_steps) tokens. Target bytes are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the
-    device: both give the same sums."""
+    training forward's batch mean times its targets, in batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps)
+    tokens. Target bytes are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: same sums."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
     loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
@@ -2077,7 +2072,7 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
 def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
     """Legal score-first TTT (SPEC §8): for each chunk, score its windows under inference_mode with the current
     weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored.
-    Windows and training sequences are TRAIN_SEQ_LEN long, as the record's (which ignores EVAL_SEQ_LEN here)."""
+    Windows and sequences are TRAIN_SEQ_LEN long, as the record's."""
     started = time.perf_counter()
     window_len, stride = h.train_seq_len, h.eval_stride
     num_targets = tokens.numel() - 1
@@ -2419,8 +2414,8 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
     averages, telemetry, loader = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger), make_loader()
     if h.swa_enabled and h.ema_enabled:
-        logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied (as in the record), no SWA "
-                   "snapshots are taken; EMA_ENABLED=0 applies SWA")
+        logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; EMA_ENABLED=0 "
+                   "applies SWA")
     train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
     sync_device(dist_info)
     t0 = time.perf_counter()
@@ -2507,7 +2502,7 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
                                          evaluate=lambda: plain(model, trained_forward, h.train_seq_len))
     results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
     eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
-    eval_model.set_qat(model.qat_enabled())  # as the record, late QAT stays on into TTT training (SPEC §6)
+    eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
     eval_forward = make_hidden_forward(h, dist_info, eval_model)
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
                                       evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
