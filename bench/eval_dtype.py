@@ -12,7 +12,6 @@ the model is rebuilt from those settings and the state dict is loaded strictly. 
 windows evenly spaced over the validation set (0: all 969,088 of the record config); all three methods score the
 same windows. Prints one table; on a CPU all three are fp32 and agree."""
 import argparse
-import copy
 import os
 import sys
 from pathlib import Path
@@ -88,8 +87,9 @@ def measure(tg, h, dist_info, model_path: str, max_windows: int, stride: int) ->
     results = {"trainer": score(tg, h, dist_info, model, hidden_forward, tokens, val.tables, windows, stride),
                "record": score(tg, h, dist_info, RecordSoftcap(tg, model, compiled), hidden_forward, tokens,
                                val.tables, windows, stride)}
-    model32 = copy.deepcopy(model).float()
-    tg.use_kernels(model32, "sdpa")  # PyTorch forms; SDPA with only the math backend below
+    model32 = tg.build_model(h, device).float().eval()  # PyTorch forms (no fused ops); SDPA's math backend below
+    model32.load_state_dict(model.state_dict(), strict=True)
+    tg.use_kernels(model32, "sdpa")
     fp32 = Fp32Scorer(model32)
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
