@@ -168,6 +168,7 @@ class Hyperparameters:
         """Raises one ConfigError listing every cross-field problem: a table of (failed, message) rows, then bounds."""
         heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
         head_dim, divisible = self.model_dim // heads, self.model_dim % heads == 0
+        stride_max = min(length, self.train_seq_len) if self.ttt_enabled else length
         try:
             layers = self.ve_layer_indices
             ve_bad = any(not 0 <= i < self.num_layers for i in layers) or len(set(layers)) != len(layers)
@@ -193,10 +194,11 @@ class Hyperparameters:
             (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every),
             (self.val_bytecount_device not in BYTECOUNT_DEVICES, "VAL_BYTECOUNT_DEVICE=%r must be one of %s"
              % (self.val_bytecount_device, ", ".join(BYTECOUNT_DEVICES))),
-            (not 0 < self.eval_stride <= length,
-             "EVAL_STRIDE=%d must be in [1, %d] (the eval window length)" % (self.eval_stride, length)),
-            (self.ttt_enabled and self.ttt_chunk_tokens < length, "TTT_CHUNK_TOKENS=%d must be >= the eval window "
-             "length %d: a shorter chunk holds no training sequence" % (self.ttt_chunk_tokens, length)),
+            (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
+             % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
+            (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
+             "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence" % (self.ttt_chunk_tokens,
+                                                                                  self.train_seq_len)),
             (not 0 <= self.ttt_freeze_blocks <= self.num_layers,
              "TTT_FREEZE_BLOCKS=%d must be in [0, NUM_LAYERS=%d]" % (self.ttt_freeze_blocks, self.num_layers)),
             (not self.ttt_lr > 0.0, "TTT_LR=%s must be > 0" % self.ttt_lr),
@@ -786,10 +788,11 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def _init_weights(self, h: Hyperparameters) -> None:
+        """SPEC §4's draw order, so a seed gives the record's weights: after the constructors' draws, tok_emb, the
+        banks layer by layer, then the projections."""
         n = self.num_layers
         nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
         nn.init.zeros_(self.bigram.embed.weight)
-        nn.init.orthogonal_(self.bigram.proj.weight)
         for i in range(n):
             nn.init.orthogonal_(self.qo_bank[i])
             nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
@@ -797,11 +800,10 @@ class GPT(nn.Module):
             nn.init.orthogonal_(self.kv_bank[n + i])
             nn.init.orthogonal_(self.mlp_up_bank[i])
             nn.init.zeros_(self.mlp_down_bank[i])
-        if self.ve_shared is not None:
-            nn.init.normal_(self.ve_shared.embed.weight, std=0.01)
-            nn.init.orthogonal_(self.ve_shared.proj.weight)
-        if self.lm_head is not None:
-            nn.init.zeros_(self.lm_head.weight)
+        # any size (the record: both dims >= 64, else zero, and a zero bigram.proj never gets a gradient)
+        for module in self.modules():
+            if isinstance(module, CastedLinear):
+                (nn.init.zeros_ if module is self.lm_head else nn.init.orthogonal_)(module.weight)
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy of the next-token logits."""
@@ -846,20 +848,27 @@ class GPT(nn.Module):
             if isinstance(module, CastedLinear):
                 module.qat_active.fill_(1.0 if enabled else 0.0)
 
+    def qat_enabled(self) -> bool:
+        return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
+
 def build_model(h: Hyperparameters, device: torch.device) -> GPT:
-    """Seeded fp32 build on CPU, then the record's dtype recipe on CUDA: bf16 except the banks, CastedLinear
-    weights and every 0-D/1-D parameter, which go back to fp32 (so only the embeddings stay bf16)."""
+    """Seeded fp32 build on CPU, then on CUDA the dtype recipe."""
     random.seed(h.seed)
     np.random.seed(h.seed)
     torch.manual_seed(h.seed)
     model = GPT(h)
-    if device.type == "cuda":
-        model = model.to(device).bfloat16()
-        keep_fp32 = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
-        for name, param in model.named_parameters():
-            if name.endswith("_bank") or id(param) in keep_fp32 or param.ndim < 2:
-                param.data = param.data.float()
-    return model.to(device)
+    return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
+
+def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
+    """SPEC §4: bf16, then fp32 again for the banks, CastedLinear weights, 0-D/1-D parameters and names containing
+    a CONTROL_TENSOR_NAME_PATTERNS entry (small Adam updates to resid_mix would round away in bf16)."""
+    patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
+    casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+    model.bfloat16()
+    for name, param in model.named_parameters():
+        if name.endswith("_bank") or id(param) in casted or param.ndim < 2 or any(p in name for p in patterns):
+            param.data = param.data.float()
+    return model
 
 class Block(nn.Module):
     def __init__(self, h: Hyperparameters, layer_index: int):
@@ -962,6 +971,7 @@ class ValueEmbedding(nn.Module):
         super().__init__()
         kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
         self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
+        nn.init.normal_(self.embed.weight, std=0.01)  # before proj's draws, as the record
         self.proj = CastedLinear(h.ve_dim, kv_dim)
         self.scale = nn.Parameter(torch.tensor(0.1))
 
@@ -1775,11 +1785,12 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
-    """fp32 EMA of the state_dict every step and, with SWA_ENABLED, a CPU sum of snapshots every SWA_EVERY steps
-    once the LR scale is below 0.2."""
+    """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the record's EMA wins), a CPU
+    sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
-        self.decay, self.swa_every, self.swa_enabled = h.ema_decay, h.swa_every, h.swa_enabled
+        self.decay, self.swa_every = h.ema_decay, h.swa_every
+        self.swa_enabled = h.swa_enabled and not h.ema_enabled
         self.live = dict(model.state_dict())
         self.ema = {k: t.detach().float().clone() for k, t in self.live.items()} if h.ema_enabled else None
         self.swa_sum: Optional[Dict[str, Tensor]] = None
@@ -1797,7 +1808,8 @@ class WeightAverages:
         """Returns True when this call took the first snapshot (the caller logs `swa:start`)."""
         if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
             return False
-        snapshot = {k: t.detach().float().cpu() for k, t in self.live.items()}
+        # a copy: .float().cpu() of an fp32 CPU tensor is that tensor, and += would then change the weights
+        snapshot = {k: t.detach().to(device="cpu", dtype=torch.float32, copy=True) for k, t in self.live.items()}
         if self.swa_sum is None:
             self.swa_sum = snapshot
         else:
@@ -1807,8 +1819,8 @@ class WeightAverages:
         return self.swa_count == 1
 
 def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> str:
-    """Load the end-of-run average into `model` (strict, own dtypes): "swa" (the snapshots' mean, which the record
-    computed and dropped), else "ema" (the record), or "raw" (EMA_ENABLED=0 and no SWA: trained weights)."""
+    """Load the end-of-run average into `model` (strict, own dtypes): "ema" (the record), "swa" (the snapshots'
+    mean), or "raw" (the trained weights)."""
     if averages.swa_enabled and averages.swa_count == 0:
         logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
     if averages.swa_enabled and averages.swa_count > 0:
@@ -1894,12 +1906,12 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
     return bits_per_byte(*all_reduce_(sums.clone(), dist_info, "sum").tolist())
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
-               loss_sum: Optional[Callable] = None, batch_seqs: int = 0) -> Tuple[float, float]:
-    """SPEC §8 plain eval, periodic and final: non-overlapping TRAIN_SEQ_LEN sequences split contiguously over
-    ranks, fed by the val feeder. loss_sum(x, y) is a batch's fp64 nll sum: by default the training forward's batch
-    mean times its targets, in batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps) tokens. Target bytes
-    are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: both give the same sums."""
-    seq_len, every = h.train_seq_len, h.val_progress_log_every
+               loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
+    """SPEC §8 plain eval, periodic and final: non-overlapping sequences of seq_len (default TRAIN_SEQ_LEN) split
+    contiguously over ranks, fed by the val feeder. loss_sum(x, y) is a batch's fp64 nll sum: by default the
+    training forward's batch mean times its targets, in batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps)
+    tokens. Target bytes are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: same sums."""
+    seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
     loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
@@ -1970,13 +1982,12 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
     return x, y, score_mask
 
-def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, stride: int,
-                  sums: Tensor) -> None:
+def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
+                  stride: int, sums: Tensor) -> None:
     """Adds the scored targets of `window_starts` (CPU, this rank's) to the fp64 [nll, targets, bytes] `sums`
     without host syncs; call under inference_mode. Batches are padded to EVAL_BATCH_SEQS windows (one compiled
     shape), and only scored positions reach the output projection: without window 0, just hidden[:, -stride:]."""
-    batch_seqs, window_len = h.eval_batch_seqs, h.effective_eval_seq_len
-    num_targets = tokens.numel() - 1
+    batch_seqs, num_targets = h.eval_batch_seqs, tokens.numel() - 1
     padding = -window_starts.numel() % batch_seqs
     device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
     for begin in range(0, window_starts.numel(), batch_seqs):
@@ -1998,7 +2009,8 @@ def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
     with torch.inference_mode():
-        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end], stride, sums)
+        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end],
+                      h.effective_eval_seq_len, stride, sums)
     return reduced_loss_and_bpb(sums, dist_info)
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
@@ -2034,7 +2046,7 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
                    tokens: Tensor, chunk_begin: int, chunk_end: int) -> None:
     """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end) only, all already
     scored). Every rank takes the same number of steps, so the per-tensor AVG all-reduces always pair up."""
-    seq_len = h.effective_eval_seq_len
+    seq_len = h.train_seq_len
     num_sequences = (chunk_end - chunk_begin) // seq_len
     first_sequence, end_sequence = rank_range(num_sequences, dist_info)
     steps_per_epoch = ceil_div(ceil_div(num_sequences, dist_info.world_size), h.ttt_batch_seqs)
@@ -2059,9 +2071,10 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
 
 def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
     """Legal score-first TTT (SPEC §8): for each chunk, score its windows under inference_mode with the current
-    weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored."""
+    weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored.
+    Windows and sequences are TRAIN_SEQ_LEN long, as the record's."""
     started = time.perf_counter()
-    window_len, stride = h.effective_eval_seq_len, h.eval_stride
+    window_len, stride = h.train_seq_len, h.eval_stride
     num_targets = tokens.numel() - 1
     starts = sliding_window_starts(num_targets, window_len, stride)
     chunks = assign_windows_to_chunks(starts, window_len, stride, num_targets, h.ttt_chunk_tokens)
@@ -2078,7 +2091,8 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     for chunk_index, chunk_starts in enumerate(chunks):
         begin, end = rank_range(chunk_starts.numel(), dist_info)
         with torch.inference_mode():
-            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end], stride, sums)
+            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end], window_len,
+                          stride, sums)
         if chunk_index < last_chunk:
             chunk_begin = chunk_index * h.ttt_chunk_tokens
             for group in optimizer.param_groups:
@@ -2399,6 +2413,9 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
     averages, telemetry, loader = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger), make_loader()
+    if h.swa_enabled and h.ema_enabled:
+        logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; EMA_ENABLED=0 "
+                   "applies SWA")
     train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
     sync_device(dist_info)
     t0 = time.perf_counter()
@@ -2475,19 +2492,20 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     share one compiled scoring forward (a new model instance of the same recipe reuses the compiled code)."""
     tokens = device_tokens(val, dist_info.device)
 
-    def plain(eval_model: nn.Module, hidden_forward: Callable) -> Tuple[float, float]:
+    def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
         loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
-        return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs)
+        return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
 
     results = {"average": apply_weight_average(logger, model, averages)}
     trained_forward = make_hidden_forward(h, dist_info, model)
     results["post_average"] = timed_eval(dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
-                                         evaluate=lambda: plain(model, trained_forward))
+                                         evaluate=lambda: plain(model, trained_forward, h.train_seq_len))
     results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
     eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
+    eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
     eval_forward = make_hidden_forward(h, dist_info, eval_model)
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
-                                      evaluate=lambda: plain(eval_model, eval_forward))
+                                      evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
     strides = [h.eval_stride]
     if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
         strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score

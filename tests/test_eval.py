@@ -589,30 +589,7 @@ def test_dequantize_refuses_a_mismatched_model(ev, small_passthrough):
         ev.dequantize_state_dict(tensors, meta, other)
 
 
-# ---- weight averages and the whole pipeline ----
-
-def test_apply_weight_average_ema_swa_and_raw(ev):
-    h = tiny_h(ev)
-    model = random_model(ev, h)
-    averages = ev.WeightAverages(h, model)
-    averages.ema = {k: torch.full_like(v, 0.25, dtype=torch.float32) for k, v in model.state_dict().items()}
-    logger = ListLogger()
-    assert ev.apply_weight_average(logger, model, averages) == "ema" and logger.lines == ["ema:applying EMA weights"]
-    assert all((v == 0.25).all() for v in model.state_dict().values())
-    h_swa = tiny_h(ev, swa_enabled=True)
-    averages = ev.WeightAverages(h_swa, model)
-    logger = ListLogger()
-    assert ev.apply_weight_average(logger, model, averages) == "ema"
-    assert logger.lines[0].startswith("swa:no_snapshots") and logger.lines[1] == "ema:applying EMA weights"
-    averages.swa_sum = {k: torch.full_like(v, 3.0) for k, v in model.state_dict().items()}
-    averages.swa_count = 2
-    logger = ListLogger()
-    assert ev.apply_weight_average(logger, model, averages) == "swa"
-    assert logger.lines == ["swa:applying SWA weights snapshots:2"]
-    assert all((v == 1.5).all() for v in model.state_dict().values())
-    averages = ev.WeightAverages(tiny_h(ev, ema_enabled=False), model)
-    assert ev.apply_weight_average(ListLogger(), model, averages) == "raw"
-
+# ---- the whole pipeline ----
 
 def test_run_final_evaluation_logs_the_challenge_lines(ev, tmp_path, small_passthrough):
     h = tiny_h(ev, train_seq_len=64, eval_seq_len=64, val_batch_size=8 * 64 * 2, eval_stride=16,

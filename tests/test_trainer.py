@@ -286,7 +286,8 @@ def parse_losses(stdout: str, key: str) -> dict:
 
 def test_tiny_model_loss_falls_and_log_has_the_record_lines(tiny_data, tmp_path):
     env = dict(tiny_data["env"], ITERATIONS="20", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="10", RUN_ID="falls",
-               WARMDOWN_ITERS="5", LATE_QAT_THRESHOLD="0.5", SWA_ENABLED="1", SWA_EVERY="2", MUON_BETA2="0.9")
+               WARMDOWN_ITERS="20", LATE_QAT_THRESHOLD="0.5", EMA_ENABLED="0", SWA_ENABLED="1", SWA_EVERY="2",
+               MUON_BETA2="0.9")
     stdout = run_trainer(env, tmp_path)
     train = parse_losses(stdout, "train_loss")
     val = parse_losses(stdout, "val_loss")
@@ -295,10 +296,11 @@ def test_tiny_model_loss_falls_and_log_has_the_record_lines(tiny_data, tmp_path)
     log = (tmp_path / "logs" / "falls.txt").read_text(encoding="utf-8")
     assert log.startswith("code_sha256:")
     assert (REPO / "train_gpt.py").read_text(encoding="utf-8") in log  # the source is embedded
-    for line in ("model_params:", "world_size:1 grad_accum_steps:8", "attention_backend:sdpa_cpu",
-                 "warmup_step:1/1", "late_qat:enabled step:", "swa:start step:", "config:num_layers=4",
-                 "MUON_BETA2=0.9 is not a setting of this script and is IGNORED"):
+    for line in ("world_size:1 grad_accum_steps:8", "attention_backend:sdpa_cpu", "warmup_step:1/1",
+                 "config:num_layers=4", "MUON_BETA2=0.9 is not a setting of this script and is IGNORED"):
         assert line in log, line
+    for prefix in ("model_params:", "late_qat:enabled step:", "swa:start step:", "swa:applying SWA weights"):
+        assert re.search("^" + prefix, stdout, re.M), prefix  # the console: the log also holds the source
 
 
 def test_two_ranks_match_one_rank_with_the_same_global_batch(tiny_data, tmp_path):
