@@ -2208,6 +2208,17 @@ def quantize_int8_rows(weight: Tensor) -> tuple:
     q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
     return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
 
+@contextlib.contextmanager
+def fp32_matmul():
+    """Full-precision fp32 GEMMs and factorizations inside; main() allows TF32 for training (~1e-3 relative)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+@fp32_matmul()
 def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float,
                   block_size: int = GPTQ_BLOCK_COLUMNS, damping: float = GPTQ_DAMPING) -> tuple:
     """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32 on weight's device: weight (rows, cols), hessian
@@ -2227,7 +2238,7 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
     order = torch.argsort(diag, descending=True, stable=True)  # before damping: the same order, no rounding ties
     diag += damping * diag.mean()
     hess = hess[order][:, order]
-    # row j of U = chol(H^-1)^T: how column j's rounding error, divided by U_jj, moves every later column
+    # H^-1 = U^T U, U upper triangular: row j of U carries column j's rounding error (over U_jj) to later columns
     upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hess)), upper=True)
     columns = w.t()[order].contiguous()  # (cols, rows) in act order: each column one contiguous row (3-7x faster)
     q = torch.empty_like(columns)

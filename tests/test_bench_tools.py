@@ -139,3 +139,20 @@ def test_model_variants_floors_remove_only_their_component():
     frozen = sorted(name for name, param in model.named_parameters() if not param.requires_grad)
     assert frozen == sorted(["skip_weights", "smear.gate", "bigram.scale", "ve_shared.scale", "ve_layer_scales.0",
                              "ve_layer_scales.1"] + ["blocks.%d.resid_mix" % i for i in range(11)])
+
+
+def test_gptq_solve_bench_times_every_record_shape(tmp_path):
+    """bench/gptq_solve.py on the CPU with one layer: a row per record shape, and a total that is the sum of the
+    per-model seconds (calls x the median time per call)."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "gptq_solve.py"), "--layers", "1", "--repeats", "1"],
+                         cwd=tmp_path, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    rows = [line.split() for line in lines[2:-1]]
+    assert [row[0] for row in rows] == ["attn.c_q", "attn.c_k", "attn.c_v", "attn.proj", "mlp.fc", "mlp.proj",
+                                        "tok_emb"]
+    assert [row[1] for row in rows] == ["512x512", "256x512", "256x512", "512x512", "2048x512", "512x2048",
+                                        "8192x512"]
+    assert all(row[4] == "1" and float(row[3]) > 0 for row in rows)
+    total = float(lines[-1].split(":")[1])
+    assert abs(total - sum(float(row[5]) for row in rows)) < 0.01 + 0.005 * len(rows)

@@ -104,6 +104,21 @@ def test_gptq_matches_the_float64_reference(tgpt, kind, rows, cols, bits, clip_s
     assert (q.numpy()[live][:, ~dead] != nearest[:, ~dead]).mean() > 0.05  # the error feedback is at work
 
 
+def test_gptq_solves_in_full_fp32_even_when_training_allowed_tf32(tgpt, monkeypatch):
+    """main() sets TF32 for training; the solve must not inherit it (on CUDA its GEMMs would lose ~10 bits)."""
+    seen = []
+    cholesky = torch.linalg.cholesky
+    monkeypatch.setattr(torch.linalg, "cholesky", lambda *a, **k: seen.append(torch.get_float32_matmul_precision())
+                        or cholesky(*a, **k))
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        tgpt.gptq_quantize(torch.randn(8, 16), torch.eye(16), 6, 12.85)
+        assert seen == ["highest", "highest"] and torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 @pytest.mark.parametrize("block_size", [1, 64, 300])
 def test_block_size_is_bookkeeping_only(tgpt, block_size):
     """Blocks change only when the later columns receive the error (lazily, one GEMM per block): 1 column per block
