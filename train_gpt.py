@@ -48,6 +48,8 @@ KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
 BYTECOUNT_DEVICES = ("cpu", "cuda")
 TRAIN_LOADERS = ("sequential", "shuffled")
 SHUFFLE_SEEDS = ("rank", "rank_and_seed")
+QUANTIZERS = ("rowclip", "gptq")
+GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas")
 
 @dataclass(frozen=True)
 class Hyperparameters:
@@ -118,6 +120,11 @@ class Hyperparameters:
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
                                          "attn_gate,vr_lambda")  # SPEC §4: matching parameters stay fp32
     artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
+    quantizer: str = "rowclip"  # rowclip: SPEC §7.4-§7.6 (int6 clip search, int8); gptq: SPEC_0409 §7.3-§7.5
+    matrix_bits: int = 6  # gptq: bits of every large matrix outside the embed category
+    embed_bits: int = 8  # gptq: bits of tok_emb (and of an untied lm_head)
+    matrix_clip_sigmas: float = 12.85  # gptq SDClip: a row's grid spans +-k * std(row)
+    embed_clip_sigmas: float = 20.0
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True
     ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
@@ -169,6 +176,8 @@ class Hyperparameters:
         heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
         head_dim, divisible = self.model_dim // heads, self.model_dim % heads == 0
         stride_max = min(length, self.train_seq_len) if self.ttt_enabled else length
+        defaults = {f.name: f.default for f in fields(self)}
+        gptq_set = [name.upper() for name in GPTQ_FIELDS if getattr(self, name) != defaults[name]]
         try:
             layers = self.ve_layer_indices
             ve_bad = any(not 0 <= i < self.num_layers for i in layers) or len(set(layers)) != len(layers)
@@ -209,10 +218,14 @@ class Hyperparameters:
             (self.train_shuffle_seed == "rank_and_seed" and self.seed < 0,
              "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
             (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
-             "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader))]
+             "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
+            (self.quantizer == "gptq", "QUANTIZER=gptq needs input Hessians from calibration batches, which training "
+             "does not collect yet (issue 22)"),
+            (self.quantizer != "gptq" and bool(gptq_set), "%s apply to QUANTIZER=gptq only, not %s"
+             % (", ".join(gptq_set), self.quantizer))]
         errors = [message for failed, message in rows if failed]
         choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
-                   ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS))
+                   ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS), ("quantizer", QUANTIZERS))
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in choices if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
@@ -221,6 +234,10 @@ class Hyperparameters:
         errors += ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
             "train_prefetch_queue", "val_prefetch_queue", "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs",
             "ttt_epochs") if getattr(self, name) < 1]
+        errors += ["%s=%d must be in [2, 8] (q is stored as int8)" % (name.upper(), getattr(self, name))
+                   for name in ("matrix_bits", "embed_bits") if not 2 <= getattr(self, name) <= 8]
+        errors += ["%s=%s must be > 0" % (name.upper(), getattr(self, name))
+                   for name in ("matrix_clip_sigmas", "embed_clip_sigmas") if not getattr(self, name) > 0]
         if errors:
             raise ConfigError(errors)
 
@@ -2136,6 +2153,9 @@ INT6_MAX = 31  # symmetric grid [-31, 31]
 INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
 INT8_MAX = 127
 INT8_CLIP_QUANTILE = 0.9999984
+GPTQ_BLOCK_COLUMNS = 128  # SPEC_0409 §7.5: error feedback column by column inside a block, one GEMM after it
+GPTQ_DAMPING = 0.01  # times mean(diag H), added to diag H so the Cholesky factorizations exist
+SDCLIP_MIN_SCALE = 1e-10
 # Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
 BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
                "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
@@ -2202,18 +2222,96 @@ def quantize_int8_rows(weight: Tensor) -> tuple:
     q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
     return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
 
-def quantize_state_dict(flat_state: dict) -> tuple:
-    """-> (tensors, meta) on CPU. Every stored tensor is a fresh copy: saving a view of a bank row would make
-    torch.save write the whole bank storage."""
+@contextlib.contextmanager
+def fp32_matmul():
+    """Full-precision fp32 GEMMs and factorizations inside; main() allows TF32 for training (~1e-3 relative)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+@fp32_matmul()
+def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float,
+                  block_size: int = GPTQ_BLOCK_COLUMNS, damping: float = GPTQ_DAMPING) -> tuple:
+    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32 on weight's device: weight (rows, cols), hessian
+    (cols, cols) = sum of X^T X over its inputs -> (q int8 shaped like weight, per-row fp16 scale), stored and
+    dequantized like quantize_int6_rows's. Act order sorts diag H descending with a stable sort: tied columns keep
+    their index order whatever the sort backend (exactly zero inputs tie, but they couple to no other column)."""
+    levels = 2 ** (bits - 1) - 1
+    w = weight.detach().float().clone()
+    scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(SDCLIP_MIN_SCALE).to(torch.float16)
+    # a row whose scale underflows fp16 to 0 dequantizes to 0 whatever q is: round it on a unit grid, not by 0/0
+    sigma = torch.where(scale > 0, scale.float(), 1.0)
+    hess = hessian.detach().to(device=w.device, dtype=torch.float32, copy=True)
+    diag = hess.diagonal()
+    dead = diag == 0  # an input that is always 0: its weights do nothing, so store 0
+    diag[dead] = 1.0
+    w[:, dead] = 0.0
+    order = torch.argsort(diag, descending=True, stable=True)  # before damping: the same order, no rounding ties
+    diag += damping * diag.mean()
+    hess = hess[order][:, order]
+    # H^-1 = U^T U, U upper triangular: row j of U carries column j's rounding error (over U_jj) to later columns
+    upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hess)), upper=True)
+    columns = w.t()[order].contiguous()  # (cols, rows) in act order: each column one contiguous row (3-7x faster)
+    q = torch.empty_like(columns)
+    for start in range(0, columns.shape[0], block_size):
+        end = start + block_size
+        block, u = columns[start:end], upper[start:end, start:end]
+        errors = torch.empty_like(block)
+        for j in range(block.shape[0]):
+            q[start + j] = torch.clamp(torch.round(block[j] / sigma), -levels, levels)
+            errors[j] = (block[j] - q[start + j] * sigma) / u[j, j]
+            block[j:].addr_(u[j, j:], errors[j], alpha=-1.0)
+        columns[end:] -= upper[start:end, end:].t() @ errors  # the lazy update of every later block at once
+    return q[torch.argsort(order)].t().to(torch.int8).contiguous(), scale
+
+def gptq_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
+    """SPEC_0409 §7.3-§7.4 -> (kind, bits, clip sigmas): non-float or small -> passthrough (floats stored fp16);
+    the embed category (tok_emb, an untied lm_head) -> EMBED_BITS/EMBED_CLIP_SIGMAS; every other matrix ->
+    MATRIX_BITS/MATRIX_CLIP_SIGMAS (the 2026-04-09 model: 66 int6 attn/mlp matrices, tok_emb int8)."""
+    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
+        return "passthrough", 0, 0.0
+    bits, sigmas = ((h.embed_bits, h.embed_clip_sigmas) if tensor_category(name) == "embed"
+                    else (h.matrix_bits, h.matrix_clip_sigmas))
+    return f"int{bits}", bits, sigmas
+
+def gptq_quantize_named(name: str, tensor: Tensor, hessians: Optional[Dict[str, Tensor]], bits: int,
+                        clip_sigmas: float) -> tuple:
+    """gptq_quantize of one state tensor, every bad input an error that names it."""
+    hessian = (hessians or {}).get(name)
+    if hessian is None:
+        raise ValueError(f"QUANTIZER=gptq: no input Hessian for {name} (calibration collected "
+                         f"{len(hessians or {})} tensors)")
+    if tensor.ndim != 2 or tuple(hessian.shape) != (tensor.shape[1],) * 2:
+        raise ValueError(f"QUANTIZER=gptq: {name} {tuple(tensor.shape)} needs a 2-D weight and a "
+                         f"({tensor.shape[-1]}, {tensor.shape[-1]}) Hessian, got {tuple(hessian.shape)}")
+    if not torch.isfinite(hessian).all():
+        raise ValueError(f"QUANTIZER=gptq: the Hessian of {name} has non-finite entries")
+    try:
+        return gptq_quantize(tensor, hessian, bits, clip_sigmas)
+    except torch.linalg.LinAlgError as exc:  # a damped X^T X is positive definite; anything else is no Hessian
+        raise ValueError(f"QUANTIZER=gptq: the damped Hessian of {name} is not positive definite") from exc
+
+def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
+                        hessians: Optional[Dict[str, Tensor]] = None) -> tuple:
+    """-> (tensors, meta) on CPU by h.quantizer (rowclip when h is None); gptq takes `hessians`, {tensor name:
+    its input Hessian}. Every stored tensor is a fresh copy: saving a view of a bank row would make torch.save
+    write the whole bank storage."""
+    gptq = h is not None and h.quantizer == "gptq"
     tensors, meta = {}, {}
     for name, tensor in flat_state.items():
-        kind = quantization_kind(name, tensor)
+        kind, bits, clip_sigmas = gptq_plan(h, name, tensor) if gptq else (quantization_kind(name, tensor), 0, 0.0)
         if kind == "passthrough":
             dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
             tensors[name], meta[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True), kind
+            continue
+        if gptq:
+            q, scale = gptq_quantize_named(name, tensor, hessians, bits, clip_sigmas)
         else:
             q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
-            tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
+        tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
     return tensors, meta
 
 def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
@@ -2249,7 +2347,7 @@ def deserialize_artifact(blob: bytes) -> tuple:
     if not isinstance(meta, dict):
         raise ValueError("artifact: 'm' must be a dict")
     for name, kind in meta.items():
-        if kind not in ("passthrough", {"type": "int6"}, {"type": "int8"}):
+        if kind != "passthrough" and kind not in [{"type": f"int{bits}"} for bits in range(2, 9)]:
             raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
         needed = (name,) if isinstance(kind, str) else (name + ".q", name + ".scale")
         if not all(key in tensors for key in needed):
@@ -2284,7 +2382,7 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
         state = model.state_dict()
         torch.save(state, raw_path)
         started = time.perf_counter()
-        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state)))
+        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h))
         with open(artifact_path, "wb") as handle:
             handle.write(blob)
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")

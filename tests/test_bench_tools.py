@@ -181,3 +181,20 @@ def test_eval_dtype_scores_the_trainer_s_sliding_eval_and_all_three_agree_in_fp3
     assert "windows:40 of " in proc.stdout and "(window 64, stride 64)" in proc.stdout
     for label in ("(a) trainer: fp32 softcap", "(b) record: bf16 softcapped logits", "(c) fp32 reference forward"):
         assert re.search(re.escape(label) + r" +\d+\.\d{8} +\d+\.\d{8} +[+-]\d\.\d\de[+-]\d\d$", proc.stdout, re.M)
+
+
+def test_gptq_solve_bench_times_every_record_shape(tmp_path):
+    """bench/gptq_solve.py on the CPU with one layer: a row per record shape, and a total that is the sum of the
+    per-model seconds (calls x the median time per call)."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "gptq_solve.py"), "--layers", "1", "--repeats", "1"],
+                         cwd=tmp_path, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    rows = [line.split() for line in lines[2:-1]]
+    assert [row[0] for row in rows] == ["attn.c_q", "attn.c_k", "attn.c_v", "attn.proj", "mlp.fc", "mlp.proj",
+                                        "tok_emb"]
+    assert [row[1] for row in rows] == ["512x512", "256x512", "256x512", "512x512", "2048x512", "512x2048",
+                                        "8192x512"]
+    assert all(row[4] == "1" and float(row[3]) > 0 for row in rows)
+    total = float(lines[-1].split(":")[1])
+    assert abs(total - sum(float(row[5]) for row in rows)) < 0.01 + 0.005 * len(rows)
