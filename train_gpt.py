@@ -1133,13 +1133,10 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
     length, the 2026-04-09 record's (SPEC_0409 §0.7): bf16 positions times bf16 theta, cos and sin in bf16."""
     if seq_len > train_seq_len:
         base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
-    half = rope_dims // 2
-    if bf16:
-        inv_freq = (1.0 / base ** (torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims))
-        angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.bfloat16), inv_freq.bfloat16())
-    else:
-        inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
-        angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
+    inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
+    positions = torch.arange(seq_len, device=device, dtype=angle_dtype)
+    angles = torch.outer(positions, inv_freq.to(angle_dtype))
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
     cos_full = torch.cat((cos, cos, ones), dim=1)
@@ -1935,11 +1932,10 @@ class Optimizers:
         """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads, as the 04-09 record after DDP. The banks'
         averaged grads are split over the ranks (disjoint rows, pad rows zero): their squared norms are summed over
         ranks, the replicated grads' (the same on every rank) added once."""
-        shards = self.muon.reduced_shards()
-        grads = [param.grad for param in self.replicated_params]
-        banked = all_reduce_(torch.stack([g.float().square().sum() for g in shards]).sum(), self.dist_info, "sum")
-        total = (banked + sum(g.float().square().sum() for g in grads)).sqrt()
-        coefficient = (self.clip_norm / (total + 1e-6)).clamp_max(1.0)
+        shards, grads = self.muon.reduced_shards(), [param.grad for param in self.replicated_params]
+        banked = all_reduce_(torch.stack(torch._foreach_norm(shards)).float().square().sum(), self.dist_info, "sum")
+        total = (banked + torch.stack(torch._foreach_norm(grads)).float().square().sum()).sqrt()
+        coefficient = (self.clip_norm / (total + 1e-6)).clamp_max(1.0)  # as clip_grad_norm_
         torch._foreach_mul_(shards + grads, coefficient)
 
     def zero_grad(self) -> None:
