@@ -34,7 +34,7 @@ NPROC    processes per node (torchrun --nproc_per_node)
 RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused
 PYTHON   the interpreter (default: ./.venv or python3, see tools/python_env.sh)
 
-Every trainer setting and its default: the Hyperparameters class in train_gpt.py (README.md, Configuration).
+Every trainer setting (an environment variable too), its default and what it does: tools/py train_gpt.py --help
 EOF
 }
 
