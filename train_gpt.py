@@ -411,8 +411,7 @@ def autocast_context(dist_info: DistInfo):
 
 class Logger:
     """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent. The
-    run's outputs go to `output_dir`, logs/<run_id>/. A run never lands in an earlier run's log or folder: either
-    existing is refused (ConfigError) before the log is created."""
+    outputs go to logs/<run_id>/; an existing log or folder of that name is refused, never appended to."""
 
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
         self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
@@ -444,7 +443,7 @@ class Logger:
 
 def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
     """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config and the
-    byte budget (the counted code bytes and what they leave for the compressed model)."""
+    byte budget (counted code bytes and what they leave for the model)."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
@@ -463,10 +462,8 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: in
         logger.log("WARNING code_bytes: without the brotli module the packed file cannot be made, so code_bytes "
                    "counts the readable file; records.make counts the packed one and will refuse this log")
 
-# The counted form of this file (records.pack writes it, code_bytes is its size): the source, brotli-compressed and
-# base85-encoded in an ASCII wrapper. The wrapper checks the sha256 before running anything, compiles the source
-# under "<FILE>" and registers its lines in linecache (Triton's @jit, inspect and tracebacks read them there), and
-# runs it as a module of its own (__main__, @dataclass and pickling behave as in the readable file).
+# The counted form of this file (records.pack writes it; code_bytes is its size): the source, brotli + base85, run
+# after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
 PACKED_TEMPLATE = (
     "# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE\n"
     "import base64,brotli,hashlib,io,linecache,sys,traceback\n"
@@ -481,11 +478,9 @@ PACKED_TEMPLATE = (
     'exec(compile(_s,_f,"exec"))\n')
 
 def pack_source(source: str) -> bytes:
-    """The counted file that runs `source` (the text as Python reads the readable file: universal newlines). Every
-    setting is fixed, so the same source packs to the same bytes (brotli 1.0.9-1.2.1 agree)."""
+    """The counted file that runs `source` (read with universal newlines); fixed settings: same source, same bytes."""
     if brotli is None:
-        raise RunFailure("packing train_gpt.py needs the brotli module, which this Python (%s) lacks: pip install "
-                         "brotli" % sys.executable)
+        raise RunFailure("packing needs the brotli module, which this Python (%s) lacks" % sys.executable)
     if "\r" in source:  # compile() would count a lone CR as a line break, linecache would not
         raise ValueError("pack_source: the source holds CR characters; pass the text read with universal newlines")
     data = source.encode("utf-8")
@@ -2328,8 +2323,8 @@ def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
     return flat
 
 def serialize_artifact(tensors: dict, meta: dict, compressor: str) -> bytes:
-    """torch.save of {"w": tensors, "m": meta}, compressed by COMPRESSOR. The blob carries no header: the reader
-    tells lzma (its xz magic) from brotli (everything else), so artifacts of the lzma-only trainer still load."""
+    """torch.save of {"w": tensors, "m": meta}, compressed. No header: the reader tells lzma (its xz magic) from
+    brotli, and earlier lzma artifacts still load."""
     buffer = io.BytesIO()
     torch.save({"w": tensors, "m": meta}, buffer)
     if compressor == "lzma":
@@ -2588,8 +2583,8 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
 PEER_GRACE_SECONDS = 5.0  # torchrun polls its ranks every 0.1 s (5 s before torch 2.4); see main()
 
 def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
-    """data/manifest.py's contract, mirrored: (sha256 of the tokenizer .model that made DATA_PATH's shards, where
-    that is written) from its manifest.json, or (None, why it cannot be known)."""
+    """data/manifest.py, mirrored: (sha256 of the tokenizer that made the shards, where it is named), or (None, why
+    it cannot be known)."""
     path = os.path.join(data_path, "manifest.json")
     if not os.path.isfile(path):
         return None, "%s does not exist" % path
@@ -2605,8 +2600,8 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
     return sha256, "tokenizer %r of %s" % (name, path)
 
 def load_tokenizer(h: Hyperparameters, logger):
-    """TOKENIZER_PATH's SentencePiece model, checked to be the tokenizer that made DATA_PATH's shards: scored with
-    another tokenizer they give a wrong val_bpb, silently (ALLOW_TOKENIZER_MISMATCH=1 overrides, with a WARNING)."""
+    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards: another tokenizer
+    gives a wrong val_bpb, silently."""
     try:
         import sentencepiece as spm
     except ImportError:
@@ -2726,7 +2721,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
 
 def launch(environ, argv: List[str], world_size: int) -> int:
     """--help, or the run: settings, process group, log, training and evaluation."""
-    if argv in (["--help"], ["-h"]):
+    if {"--help", "-h"} & set(argv):
         if environ.get("RANK", "0") == "0":
             print(settings_help())
         return 0
@@ -2742,8 +2737,7 @@ def launch(environ, argv: List[str], world_size: int) -> int:
         run(h, dist_info, logger, code, environ)
         barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
     except BaseException as exc:  # the log ends with the reason too; main() tells the console
-        logger.log("error: %s" % (exc if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)),
-                   console=False)
+        logger.log("error: " + failure_reason(exc), console=False)
         raise
     finally:
         logger.close()
@@ -2751,9 +2745,14 @@ def launch(environ, argv: List[str], world_size: int) -> int:
         dist.destroy_process_group()
     return 0
 
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (SIGINT): the run stopped"
+    return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
+
 def report_failure(reason: str, exit_code: int, environ) -> int:
-    """One `error:` line on stderr; under torchrun also the error file that its "Root Cause" summary shows (the
-    file @record fills with a traceback for the exceptions main() does not name)."""
+    """One `error:` line on stderr and, under torchrun, the error file its "Root Cause" shows (instead of the
+    traceback @record would write)."""
     print("error: " + reason, file=sys.stderr, flush=True)
     if environ.get("TORCHELASTIC_ERROR_FILE"):
         with open(environ["TORCHELASTIC_ERROR_FILE"], "w", encoding="utf-8") as handle:
@@ -2762,23 +2761,23 @@ def report_failure(reason: str, exit_code: int, environ) -> int:
 
 @record  # under torchrun, the traceback of an exception main() does not name becomes the job's root cause
 def main() -> int:
-    """The reason is the last thing a user sees: a RunFailure ends in one `error: <reason>` line, Ctrl-C in one
-    line and exit 130, anything else (a bug) in its traceback. torchrun reports the failure it sees first and stops
-    the other ranks, so a rank whose failure may follow a peer's waits to be stopped before it says anything: rank
-    0 names its own failures at once, other ranks after PEER_GRACE_SECONDS (a config or data error hits all ranks
-    alike); an unexpected exception (what a dead peer causes) waits one grace longer."""
+    """The reason is the last thing a user sees: a RunFailure ends in one `error:` line, Ctrl-C in one line (exit
+    130), a bug in its traceback. torchrun reports the failure it sees first and stops the other ranks, so a rank
+    whose failure may follow a peer's waits to be stopped first: ranks > 0 one grace (a config or data error hits
+    every rank, rank 0 names it), unexpected exceptions (what a dead peer causes) one grace more."""
     environ = dict(os.environ)
     rank, world_size = int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
+    grace = PEER_GRACE_SECONDS if world_size > 1 else 0.0
     try:
         return launch(environ, sys.argv[1:], world_size)
     except RunFailure as failure:
-        time.sleep((rank > 0) * PEER_GRACE_SECONDS if world_size > 1 else 0.0)
+        time.sleep(grace * (rank > 0))
         status = report_failure(str(failure), failure.exit_code, environ)
-    except KeyboardInterrupt:
-        print("interrupted (SIGINT): the run stopped", file=sys.stderr, flush=True)
+    except KeyboardInterrupt as interrupt:
+        print(failure_reason(interrupt), file=sys.stderr, flush=True)
         status = 130
     except Exception:
-        time.sleep((1 + (rank > 0)) * PEER_GRACE_SECONDS if world_size > 1 else 0.0)
+        time.sleep(grace * (1 + (rank > 0)))
         raise
     if dist.is_initialized():  # nothing may print after the reason: skip the teardown, where a process group's
         sys.stdout.flush()     # destructor warns (or, after a peer died, can hang)
