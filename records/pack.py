@@ -31,10 +31,15 @@ import hashlib
 import re
 import sys
 import tokenize
+from pathlib import Path
 
 # The one packer: train_gpt.py logs len(pack_source(its source)) as its counted code_bytes, so the file records.make
-# writes and the bytes every log states come from the same function (importing train_gpt has no side effects).
-from train_gpt import PACKED_TEMPLATE, pack_source
+# writes and the bytes every log states come from the same function (importing train_gpt has no side effects). It
+# is the repository's train_gpt.py, next to this package, not one in the working directory (a record folder's).
+_REPO = str(Path(__file__).resolve().parents[1])
+if sys.path[:1] != [_REPO]:
+    sys.path.insert(0, _REPO)
+from train_gpt import PACKED_TEMPLATE, pack_source  # noqa: E402
 
 
 class PackError(ValueError):

@@ -79,6 +79,17 @@ def test_cli_packs_verifies_and_unpacks(tmp_path, capsys):
     assert "already packed" in capsys.readouterr().err and not (tmp_path / "twice.py").exists()
 
 
+def test_the_packer_is_the_repositorys_trainer_whatever_the_working_directory(tmp_path):
+    """records.pack packs with train_gpt.py's pack_source (the function the trainer counts its bytes with), taken
+    from the repository even when the working directory holds another train_gpt.py (a record folder's)."""
+    (tmp_path / "train_gpt.py").write_text("raise SystemExit('the working directory\\'s train_gpt.py was imported')\n")
+    ran = subprocess.run([sys.executable, "-m", "records.pack", "pack", str(SCRIPT), "-o", str(tmp_path / "out.py")],
+                         cwd=tmp_path, env=run_env({"PYTHONPATH": str(REPO)}), capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "out.py").read_bytes() == pack_source(read_source(SCRIPT))
+
+
 def test_cli_without_brotli_says_so(tmp_path):
     probe = "import sys; sys.modules['brotli'] = None; from records.pack import main; sys.exit(main(sys.argv[1:]))"
     result = subprocess.run([sys.executable, "-c", probe, "pack", str(SCRIPT), "-o", str(tmp_path / "out.py")],
