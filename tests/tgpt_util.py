@@ -20,9 +20,6 @@ TINY_MODEL_ENV = {
     "TRAIN_SEQ_LEN": "64", "EVAL_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "4096", "VAL_BATCH_SIZE": "4096",
     "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
 }
-# Whether the trainer's `Code size` is its packed size (records/pack.py), the counted bytes: the next stage of
-# issue 19. Until then it is the readable file's size; flipping this one line makes the tests expect the packed one.
-TRAINER_LOGS_PACKED_SIZE = False
 
 
 def run_under_triton_interpreter(script: str) -> dict:
