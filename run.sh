@@ -4,9 +4,9 @@
 # ./run.sh --help lists the presets and the variables it reads.
 #
 # What run.sh relies on from the trainer (today's train_gpt.py does all of it):
-# - A failure the trainer can name is printed as a line `error: <reason>` (the first such line of the job is
-#   the reason; indented lines right after it continue it, as in `error: invalid configuration:` + one line
-#   per problem). run.sh ends with the failing rank's exit status (2 for a refused configuration).
+# - A failure the trainer can name is printed as one line `error: <reason>`, the failing rank's last (the first
+#   such line of the job is the reason; indented lines right after it would continue it). run.sh ends with the
+#   failing rank's exit status (2 for a refused configuration).
 # - Without such a line, the reason comes from torchrun's "Root Cause" summary (the rank's exit code, the
 #   signal that killed it, or the last line of the traceback that @record reports).
 # - `logfile:<path>` names the trainer's own log; each run's outputs are logs/<RUN_ID>.* or logs/<RUN_ID>/
@@ -38,7 +38,7 @@ NPROC    processes per node (torchrun --nproc_per_node)
 RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused
 PYTHON   the interpreter (default: ./.venv or python3, see tools/python_env.sh)
 
-Every trainer setting and its default: the Hyperparameters class in train_gpt.py (README.md, Configuration).
+Every trainer setting (an environment variable too), its default and what it does: tools/py train_gpt.py --help
 EOF
 }
 

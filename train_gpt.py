@@ -3,12 +3,15 @@ Score-First TTT + Parallel Muon" (README: what differs). Run `torchrun --standal
 every setting is the env var named after a `Hyperparameters` field and the defaults ARE the record's run. Without
 CUDA the same code runs on the CPU (fp32, gloo, no compile), so tiny configs and the tests exercise the real paths."""
 import atexit
+import base64
 import contextlib
 import copy
 import difflib
 import glob
 import hashlib
 import io
+import json
+import linecache
 import lzma
 import math
 import os
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import tokenize
 import uuid
 from dataclasses import astuple, dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -29,6 +33,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
+try:  # brotli: the packed counted code (pack_source) and COMPRESSOR=brotli; without it only COMPRESSOR=lzma runs
+    import brotli
+except ImportError:
+    brotli = None
 try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
     from flash_attn_interface import flash_attn_func as _flash_attn_func
 except ImportError:
@@ -51,6 +59,7 @@ TRAIN_LOADERS = ("sequential", "shuffled")
 SHUFFLE_SEEDS = ("rank", "rank_and_seed")
 QUANTIZERS = ("rowclip", "gptq")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
+COMPRESSORS = ("brotli", "lzma")
 GRAD_CLIP_SCOPES = ("local", "reduced")
 MUON_DTYPES = ("bf16", "fp32")
 # RECIPE: a named table of defaults per record. The dataclass defaults ARE the 2026-03-23 record (SPEC.md); a
@@ -66,130 +75,133 @@ RECIPES = {
         parallel_residual_start=7, skip_gates_enabled=True, rope_train_seq_len=0, rope_bf16=True,
         init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03, muon_wd=0.095, adam_wd=0.02,
         embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced", ema_decay=0.9965,
-        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq",
+        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="brotli",
         control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                      "skip_weight,skip_weights,skip_gates"),
 }
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env."""
+    """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env. Each field's
+    trailing comment is its line in `train_gpt.py --help`; the comment lines above a group are its heading."""
     # Data and run identity
-    recipe: str = "2026-03-23"  # the table of defaults (RECIPES); env settings override it
-    data_path: str = "./data/datasets/fineweb10B_sp1024"
-    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = ""  # empty: a fresh uuid4 per run
-    seed: int = 1337
+    recipe: str = "2026-03-23"  # the table of defaults: 2026-03-23 or 2026-04-09; a setting set here overrides it
+    data_path: str = "./data/datasets/fineweb10B_sp1024"  # shards fineweb_{train,val}_*.bin (+ manifest.json)
+    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"  # the SentencePiece model that made them
+    allow_tokenizer_mismatch: bool = False  # 1: use a tokenizer that DATA_PATH's manifest.json does not name
+    run_id: str = ""  # names logs/<RUN_ID>.txt and the outputs folder logs/<RUN_ID>/; empty: a fresh uuid4
+    seed: int = 1337  # RNG seed of the model init (and of the shuffled loader with rank_and_seed)
     # Schedule and batch
-    iterations: int = 9000
-    warmup_steps: int = 20
-    warmdown_iters: int = 3500  # LR warmdown over the last N steps (by wallclock when capped); 0: off
-    warmdown_frac: float = 0.0  # LR warmdown over the last fraction of training (SPEC_0409 §5); 0: off
-    min_lr: float = 0.0  # floor of the LR multiplier in the warmdown
-    max_wallclock_seconds: float = 600.0  # <= 0: no cap (warmdown by iterations)
+    iterations: int = 9000  # training steps (fewer when the wallclock cap stops the run)
+    warmup_steps: int = 20  # compile warm-up steps (and as many looped ones), then model, optimizer, data rewound
+    warmdown_iters: int = 3500  # LR decays linearly over the last N steps (their time, with the cap); 0: off
+    warmdown_frac: float = 0.0  # LR decays linearly over the last fraction of training (SPEC_0409 §5); 0: off
+    min_lr: float = 0.0  # floor of the LR multiplier once the warmdown has begun
+    max_wallclock_seconds: float = 600.0  # training time cap; <= 0: no cap (warmdown by iterations)
     gptq_reserve_seconds: float = 0.0  # training stops this much before the cap (time left for GPTQ)
-    train_batch_tokens: int = 786432
-    train_seq_len: int = 2048
-    eval_seq_len: int = 2048  # <= 0: same as train_seq_len
-    val_batch_size: int = 524288
-    val_loss_every: int = 4000
-    train_log_every: int = 500
+    train_batch_tokens: int = 786432  # tokens per optimizer step, over all ranks and micro-steps
+    train_seq_len: int = 2048  # training sequence length
+    eval_seq_len: int = 2048  # final evals' window length; <= 0: same as train_seq_len
+    val_batch_size: int = 524288  # tokens per validation step of the periodic evals, over all ranks
+    val_loss_every: int = 4000  # validation at step 0, every N steps and at the end; 0: only at the end
+    train_log_every: int = 500  # train_loss line every N steps (and steps 1-10); 0: none after step 10
     # Model
-    vocab_size: int = 1024
-    num_layers: int = 11
-    model_dim: int = 512
-    num_heads: int = 8
-    num_kv_heads: int = 4
-    mlp_mult: float = 3.0
-    tie_embeddings: bool = True
-    tied_embed_init_std: float = 0.005
-    rope_base: float = 10000.0
-    rope_dims: int = 16
-    logit_softcap: float = 30.0
-    qk_gain_init: float = 1.5
-    xsa_last_n: int = 4
-    ln_scale: bool = True
+    vocab_size: int = 1024  # must equal the tokenizer's vocabulary size
+    num_layers: int = 11  # transformer blocks
+    model_dim: int = 512  # residual width
+    num_heads: int = 8  # query heads
+    num_kv_heads: int = 4  # key/value heads (GQA); divides NUM_HEADS
+    mlp_mult: float = 3.0  # MLP hidden width = MLP_MULT * MODEL_DIM
+    tie_embeddings: bool = True  # the output head is the token embedding
+    tied_embed_init_std: float = 0.005  # init std of the token embedding
+    rope_base: float = 10000.0  # RoPE base
+    rope_dims: int = 16  # leading dims of each head that RoPE rotates (partial RoPE)
+    logit_softcap: float = 30.0  # logits = cap * tanh(logits / cap)
+    qk_gain_init: float = 1.5  # initial per-head query gain
+    xsa_last_n: int = 4  # exclusive self-attention (XSA) on the last N blocks
+    ln_scale: bool = True  # scale block i's norm outputs by 1/sqrt(i + 1)
     rope_train_seq_len: int = 1024  # longer sequences get an NTK-scaled RoPE base; <= 0: TRAIN_SEQ_LEN
     rope_bf16: bool = False  # SPEC_0409 §0.7: tables from bf16 positions and bf16 theta up to that length
     num_loops: int = 0  # depth recurrence: blocks LOOP_START..LOOP_END run 1 + NUM_LOOPS times once looping is on
-    loop_start: int = 3
-    loop_end: int = 5
+    loop_start: int = 3  # first looped block
+    loop_end: int = 5  # last looped block (inclusive)
     enable_looping_at: float = 0.35  # looping switches on at this training fraction, and stays on
     parallel_residual_start: int = -1  # blocks from this index on add attention and MLP of one input; < 0: none
     skip_gates_enabled: bool = False  # U-Net skips as x = g x + (1 - g) w s with g = sigmoid(gate), not x + w s
     init_linear_draws: bool = False  # SPEC_0409 §4: draw each block matrix's nn.Linear default init first
-    bigram_enabled: bool = True
-    smear_enabled: bool = True
-    bigram_vocab_size: int = 1536
-    bigram_dim: int = 128
-    ve_enabled: bool = True
-    ve_dim: int = 128
-    ve_layers: str = "9,10"
+    bigram_enabled: bool = True  # BigramHash embedding added to the token embedding
+    smear_enabled: bool = True  # SmearGate: mix each position with the previous one
+    bigram_vocab_size: int = 1536  # BigramHash buckets
+    bigram_dim: int = 128  # BigramHash embedding width
+    ve_enabled: bool = True  # value embeddings on VE_LAYERS
+    ve_dim: int = 128  # value-embedding width
+    ve_layers: str = "9,10"  # comma-separated block indices that get a value embedding
     # Optimizers
-    matrix_lr: float = 0.025
-    scalar_lr: float = 0.025
-    tied_embed_lr: float = 0.035
+    matrix_lr: float = 0.025  # Muon LR of the bank matrices
+    scalar_lr: float = 0.025  # Adam LR of scalars, vectors and control tensors
+    tied_embed_lr: float = 0.035  # Adam LR of the tied embedding
     embed_lr: float = 0.6  # untied embeddings only
     head_lr: float = 0.008  # untied head only
-    muon_momentum: float = 0.99
-    muon_momentum_warmup_start: float = 0.92
-    muon_momentum_warmup_steps: int = 1500
-    muon_backend_steps: int = 5
+    muon_momentum: float = 0.99  # Muon momentum after its warm-up
+    muon_momentum_warmup_start: float = 0.92  # Muon momentum at step 0
+    muon_momentum_warmup_steps: int = 1500  # steps of the linear momentum warm-up
+    muon_backend_steps: int = 5  # Newton-Schulz iterations per Muon step
     muon_row_normalize: bool = False  # MuonEq-R: each row of the Nesterov update to unit norm before NS5
     muon_dtype: str = "bf16"  # CUDA: dtype of Muon's reduced grads and momentum (bf16, fp32); CPU: fp32
-    muon_wd: float = 0.04
-    adam_wd: float = 0.04  # AdamW on the scalars and small matrices
-    embed_wd: float = 0.04  # AdamW on the embeddings
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
+    muon_wd: float = 0.04  # Muon decoupled weight decay
+    adam_wd: float = 0.04  # Adam decoupled weight decay of the scalars and small matrices
+    embed_wd: float = 0.04  # Adam decoupled weight decay of the embeddings
+    beta1: float = 0.9  # Adam beta1
+    beta2: float = 0.95  # Adam beta2
+    adam_eps: float = 1e-8  # Adam epsilon
     grad_clip_norm: float = 0.3  # <= 0: no clipping
     grad_clip_scope: str = "local"  # local: each rank's grads before the reduction (2026-03-23); reduced: after
     # Weight averaging and QAT (training side; applied at the end of the run)
-    ema_enabled: bool = True
-    ema_decay: float = 0.997
-    swa_enabled: bool = False
-    swa_every: int = 50
-    qat_enabled: bool = False
-    late_qat_threshold: float = 0.15
-    # End of run (SPEC §7-§8): artifact, sliding-window eval, legal score-first TTT
+    ema_enabled: bool = True  # evaluate and export the EMA of the weights
+    ema_decay: float = 0.997  # EMA decay per step
+    swa_enabled: bool = False  # 1: export the mean of SWA snapshots instead of the EMA
+    swa_every: int = 50  # SWA snapshot every N steps once the LR scale is below 0.2
+    qat_enabled: bool = False  # int6 fake quantization of the CastedLinear weights from step 0
+    late_qat_threshold: float = 0.15  # turn that QAT on once the LR scale falls below this; 0: never
+    # End of run: artifact, sliding-window eval, legal score-first TTT (SPEC §7-§8)
+    compressor: str = "brotli"  # artifact compressor: brotli (quality 11) or lzma (preset 6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
     control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
-                                         "attn_gate,vr_lambda")  # SPEC §4: matching parameters stay fp32
+                                         "attn_gate,vr_lambda")  # names of the control tensors, kept fp32 (SPEC §4)
     artifact_limit_strict: bool = False  # exit non-zero when code + artifact bytes exceed 16,000,000
     quantizer: str = "rowclip"  # rowclip: SPEC §7.4-§7.6 (int6 clip search, int8); gptq: SPEC_0409 §7.3-§7.5
     matrix_bits: int = 6  # gptq: bits of every large matrix outside the embed category
     embed_bits: int = 8  # gptq: bits of tok_emb (and of an untied lm_head)
     matrix_clip_sigmas: float = 12.85  # gptq SDClip: a row's grid spans +-k * std(row)
-    embed_clip_sigmas: float = 20.0
+    embed_clip_sigmas: float = 20.0  # gptq SDClip k of the embed category
     gptq_calibration_batches: int = 64  # gptq: training micro-batches whose layer inputs give the Hessians
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
-    ttt_enabled: bool = True
+    ttt_enabled: bool = True  # legal score-first test-time training after the sliding-window eval
     ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
     ttt_epochs: int = 3  # passes over each already-scored chunk
     ttt_chunk_tokens: int = 32768  # targets per TTT chunk
     ttt_freeze_blocks: int = 0  # blocks 0..k-1 are not adapted (their own tensors and their bank rows)
-    ttt_momentum: float = 0.9
+    ttt_momentum: float = 0.9  # TTT SGD momentum
     ttt_batch_seqs: int = 32  # sequences per TTT training step (per rank)
     ttt_grad_clip: float = 1.0  # max global norm of the all-reduced TTT gradients
-    # Data path (SPEC §10): background batch producers, pinned memory, side-stream H2D copies
+    # Data path: background batch producers, pinned memory, side-stream H2D copies (SPEC §10)
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
     train_copy_stream: bool = True  # CUDA: train H2D on a side stream, one micro-batch ahead
-    train_loader: str = "sequential"  # sequential: SPEC §3's stream; shuffled: SPEC_0409 §3's sampled sequences
+    train_loader: str = "sequential"  # sequential: the 03-23 record's token stream; shuffled: 04-09's sampled sequences
     train_shuffle_seed: str = "rank"  # shuffled: rank (04-09 record: every SEED sees the same data) or rank_and_seed
-    val_prefetch: bool = True
-    val_prefetch_queue: int = 2
-    val_copy_stream: bool = True
+    val_prefetch: bool = True  # build validation batches in a background thread
+    val_prefetch_queue: int = 2  # validation batches the producer may hold ready
+    val_copy_stream: bool = True  # CUDA: validation H2D on a side stream, one batch ahead
     val_bytecount_device: str = "cpu"  # where plain evals count target bytes: cpu (host copies) or cuda
     val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
     training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
-    training_timing_every: int = 200
+    training_timing_every: int = 200  # steps between timing_breakdown lines
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
-    attn_backend: str = "auto"
+    attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
     qk_kernel: str = "auto"  # attention inputs (one q/k/v GEMM + fused norm/RoPE) and XSA: triton, torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
 
@@ -273,13 +285,16 @@ class Hyperparameters:
             (self.num_loops > 0 and not 0 <= self.loop_start <= self.loop_end < self.num_layers, "LOOP_START=%d and "
              "LOOP_END=%d must satisfy 0 <= LOOP_START <= LOOP_END < NUM_LAYERS=%d"
              % (self.loop_start, self.loop_end, self.num_layers)),
-            (not 0.0 <= self.enable_looping_at <= 1.0, "ENABLE_LOOPING_AT=%s must be in [0, 1]" % self.enable_looping_at),
+            (not 0.0 <= self.enable_looping_at <= 1.0,
+             "ENABLE_LOOPING_AT=%s must be in [0, 1]" % self.enable_looping_at),
             (self.quantizer != "gptq" and bool(gptq_set), "%s apply to QUANTIZER=gptq only, not %s"
-             % (", ".join(gptq_set), self.quantizer))]
+             % (", ".join(gptq_set), self.quantizer)),
+            (self.compressor == "brotli" and brotli is None, "COMPRESSOR=brotli needs the brotli module, which this "
+             "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % sys.executable)]
         errors = [message for failed, message in rows if failed]
         choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
                    ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS), ("quantizer", QUANTIZERS),
-                   ("grad_clip_scope", GRAD_CLIP_SCOPES), ("muon_dtype", MUON_DTYPES))
+                   ("grad_clip_scope", GRAD_CLIP_SCOPES), ("muon_dtype", MUON_DTYPES), ("compressor", COMPRESSORS))
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in choices if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
@@ -339,10 +354,23 @@ class Hyperparameters:
     def effective_rope_train_seq_len(self) -> int:
         return self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len
 
-class ConfigError(ValueError):
+class RunFailure(Exception):
+    """A failure the trainer can name: main() prints `error: <message>` as the failing rank's last line (no
+    traceback), hands the message to torchrun as the root cause and exits with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+class ConfigError(RunFailure, ValueError):
+    """Refused settings (exit 2): every problem of one round, in one line."""
+
     def __init__(self, errors: List[str]):
         self.errors = list(errors)
-        super().__init__("invalid configuration:\n  " + "\n  ".join(self.errors))
+        super().__init__("invalid configuration: " + "; ".join(self.errors), exit_code=2)
+
+class DataError(RunFailure, ValueError):
+    """A dataset, tokenizer or artifact file that cannot be used; the message names the file."""
 
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
 
@@ -372,6 +400,34 @@ def suspicious_env_names(environ) -> List[str]:
             hint = " (did you mean %s?)" % close[0] if close else ""
             warnings.append("%s=%s is not a setting of this script and is IGNORED%s" % (name, environ[name], hint))
     return warnings
+
+
+def settings_help() -> str:
+    """`train_gpt.py --help`: every setting's env name, type and default, and the trailing comment of its line in
+    the Hyperparameters source as its help (the comment lines above a group head it)."""
+    body = read_own_source().split("\nclass Hyperparameters:\n", 1)[1].splitlines(keepends=True)
+    comments, headings, heading, name = {}, {}, None, None
+    for token in tokenize.generate_tokens(iter(body).__next__):
+        if token.start[1] == 4 and token.string in ("@", "def"):  # the fields end where the methods start
+            break
+        if token.type == tokenize.NAME and token.start[1] == 4 and token.line[4:].startswith(token.string + ":"):
+            name, headings[token.string], heading = token.string, heading, None
+        elif token.type == tokenize.COMMENT and token.line.lstrip().startswith("#"):
+            heading = token.string.lstrip("# ")
+        elif token.type == tokenize.COMMENT and name is not None:
+            comments.setdefault(name, token.string.lstrip("# "))
+    lines = ["usage: torchrun --standalone --nproc_per_node=8 train_gpt.py  (one process: python train_gpt.py)",
+             "Settings are environment variables (NUM_LAYERS=9 torchrun ...); the defaults are the 2026-03-23 "
+             "record's run; [2026-04-09: ...] is RECIPE=2026-04-09's value where it differs.",
+             "Booleans take 0/1/true/false. Outputs: logs/<RUN_ID>.txt and logs/<RUN_ID>/."]
+    for f in fields(Hyperparameters):
+        if headings.get(f.name):
+            lines += ["", headings[f.name] + ":"]
+        recipes = "".join(" [%s: %s]" % (recipe, table[f.name]) for recipe, table in RECIPES.items()
+                          if table.get(f.name, f.default) != f.default)
+        lines.append("  %-28s %-5s %s [default: %s]%s" % (f.name.upper(), f.type.__name__, comments.get(f.name, ""),
+                                                            f.default if f.default != "" else '""', recipes))
+    return "\n".join(lines)
 
 
 # ==== 2. DISTRIBUTED RUNTIME AND LOGGING ====
@@ -438,13 +494,22 @@ def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
 
 class Logger:
-    """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent."""
+    """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent. The
+    outputs go to logs/<run_id>/; an existing log or folder of that name is refused, never appended to."""
 
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
         self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
+        self.output_dir = os.path.join(log_dir, run_id)
         if self.enabled:
             os.makedirs(log_dir, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
+            taken = [path for path in (self.path, self.output_dir) if os.path.exists(path)]
+            try:
+                self._file = None if taken else open(self.path, "x", encoding="utf-8")  # "x": never append
+            except FileExistsError:  # another run with this RUN_ID started just now
+                taken = [self.path]
+            if taken:
+                raise ConfigError(["RUN_ID=%s: %s already exists (an earlier run's): choose another RUN_ID or move "
+                                   "it away" % (run_id, taken[0])])
             print("logfile:" + self.path, flush=True)
 
     def log(self, msg: str, console: bool = True) -> None:
@@ -460,8 +525,9 @@ class Logger:
             self._file.close()
             self._file = None
 
-def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> None:
-    """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config."""
+def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
+    """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config and the
+    byte budget (counted code bytes and what they leave for the model)."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
@@ -474,6 +540,47 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, environ) -> No
         logger.log("config:%s=%s" % (f.name, getattr(h, f.name)), console=False)
     for warning in suspicious_env_names(environ):
         logger.log("WARNING unknown_env: " + warning)
+    logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d"
+               % (code_bytes, len(code.encode("utf-8")), ARTIFACT_LIMIT_BYTES, ARTIFACT_LIMIT_BYTES - code_bytes))
+    if brotli is None:
+        logger.log("WARNING code_bytes: without the brotli module the packed file cannot be made, so code_bytes "
+                   "counts the readable file; records.make counts the packed one and will refuse this log")
+
+# The counted form of this file (records.pack writes it; code_bytes is its size): the source, brotli + base85, run
+# after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
+PACKED_TEMPLATE = (
+    "# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE\n"
+    "import base64,brotli,hashlib,io,linecache,sys,traceback\n"
+    '_f,_h="<%s>"%__file__,"{sha256}"\n'
+    'try:_p="{payload}";_b=base64.b85decode(_p);_s=brotli.decompress(_b).decode();_ok=base64.b85encode(_b).decode()'
+    "==_p and hashlib.sha256(_s.encode()).hexdigest()==_h\n"
+    "except Exception:_ok=0\n"
+    'if not _ok:raise SystemExit("%s: the packed source does not decode to sha256 %s: the file was edited after '
+    'packing"%(__file__,_h))\n'
+    "linecache.cache[_f]=len(_s),None,io.StringIO(_s).readlines(),_f\n"
+    'if __name__=="__main__":sys.excepthook=traceback.print_exception\n'
+    'exec(compile(_s,_f,"exec"))\n')
+
+def pack_source(source: str) -> bytes:
+    """The counted file that runs `source` (read with universal newlines); fixed settings: same source, same bytes."""
+    if brotli is None:
+        raise RunFailure("packing needs the brotli module, which this Python (%s) lacks" % sys.executable)
+    if "\r" in source:  # compile() would count a lone CR as a line break, linecache would not
+        raise ValueError("pack_source: the source holds CR characters; pass the text read with universal newlines")
+    data = source.encode("utf-8")
+    compressed = brotli.compress(data, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
+    return PACKED_TEMPLATE.format(sha256=hashlib.sha256(data).hexdigest(),
+                                  payload=base64.b85encode(compressed).decode("ascii")).encode("ascii")
+
+def read_own_source() -> str:
+    """The source that is running, for code_sha256, the log and code_bytes: a packed file (PACKED_TEMPLATE)
+    registers it in linecache under its code's file name; for the readable file linecache reads it from disk."""
+    filename = read_own_source.__code__.co_filename
+    linecache.checkcache(filename)
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        raise RuntimeError("cannot read the running source %s" % filename)
+    return source
 
 
 # ==== 3. DATA ====
@@ -481,7 +588,7 @@ SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 SHARD_HEADER_BYTES = 256 * 4
 
-class ShardFormatError(ValueError):
+class ShardFormatError(DataError):
     """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
 
 def _read_shard_header(path: str, file) -> int:
@@ -514,7 +621,7 @@ def list_shards(pattern: str, what: str) -> List[str]:
     """The sorted shard paths matching `pattern` (SPEC §2); none is an error naming the pattern."""
     paths = sorted(glob.glob(pattern))
     if not paths:
-        raise FileNotFoundError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
+        raise DataError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
     return paths
 
 @dataclass(frozen=True)
@@ -548,7 +655,7 @@ class TokenStream:
             if remaining == 0:
                 shards_without_tokens += 1
                 if shards_without_tokens > len(self._paths):
-                    raise ValueError(f"every train shard is empty: {self._paths}")
+                    raise DataError(f"every train shard is empty: {self._paths}")
                 self._file_index = (self._file_index + 1) % len(self._paths)
                 self._tokens, self._position = load_data_shard(self._paths[self._file_index]), 0
                 continue
@@ -584,7 +691,7 @@ class ShuffledSequences:
             with open(path, "rb") as file:
                 num_tokens = _read_shard_header(path, file)
             if num_tokens < seq_len + 1:
-                raise ValueError(f"{path}: {num_tokens} tokens, fewer than the TRAIN_SEQ_LEN+1={seq_len + 1} of "
+                raise DataError(f"{path}: {num_tokens} tokens, fewer than the TRAIN_SEQ_LEN+1={seq_len + 1} of "
                                  f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
             self.tokens.append(np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,)))
         self.left = np.zeros(len(self.paths))  # sequences left per shard, float64: the record's choice weights
@@ -619,7 +726,7 @@ class ShuffledSequences:
                 out[0, row], out[1, row] = sequence[:-1], sequence[1:]
             except Exception as error:  # the consumer sees which file; the cause stays chained
                 message = f"{self.paths[shard]}: reading the sequence at token {start} failed: {error}"
-                raise RuntimeError(message) from error
+                raise DataError(message) from error
 
 def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: bool) -> Iterator[tuple]:
     """SPEC_0409 §3 micro-batches as CPU int64 (x, y) of shape (rows, seq_len): the two halves of one (pinned)
@@ -797,7 +904,7 @@ def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
     paths = list_shards(h.train_files, "train")
     if h.train_loader == "shuffled":
         if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
-            raise ValueError(f"TRAIN_LOADER=shuffled gives rank r the shards [r::WORLD_SIZE] of the {len(paths)} "
+            raise DataError(f"TRAIN_LOADER=shuffled gives rank r the shards [r::WORLD_SIZE] of the {len(paths)} "
                              f"matching {h.train_files}: WORLD_SIZE={dist_info.world_size} needs at least that many")
         seed = dist_info.rank if h.train_shuffle_seed == "rank" else np.random.SeedSequence(h.seed, spawn_key=(
             dist_info.rank,))  # rank_and_seed: NumPy's spawn(WORLD_SIZE)[rank] of SeedSequence(SEED)
@@ -1663,7 +1770,7 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
     than flash); ATTN_BACKEND forces one."""
     if not dist_info.is_cuda:
         if h.attn_backend not in ("auto", "math"):
-            raise RuntimeError("ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend)
+            raise ConfigError(["ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend])
         return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
     forced = h.attn_backend != "auto"
     hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
@@ -1677,8 +1784,8 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
             message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
             failures.append("%s unavailable (%s)" % (backend, message))
             if forced:
-                raise RuntimeError("ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])) from exc
-    raise RuntimeError("no attention backend works on this GPU: " + "; ".join(failures))
+                raise ConfigError(["ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])]) from exc
+    raise RunFailure("no attention backend works on this GPU: " + "; ".join(failures))
 
 def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
     """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled."""
@@ -1710,7 +1817,7 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
     except Exception as exc:  # the probe is the test of availability; the failure is reported
         message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         if setting == "triton":
-            raise RuntimeError("%s=triton cannot run here: %s" % (env_name, message)) from exc
+            raise ConfigError(["%s=triton cannot run here: %s" % (env_name, message)]) from exc
         return "torch", "auto; triton unavailable (%s)" % message
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int = 2, kv_heads: int = 1,
@@ -2071,11 +2178,11 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
     usable = ((tokens.size - 1) // seq_len) * seq_len
     if usable <= 0:
-        raise ValueError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
+        raise DataError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
                          % (h.val_files, tokens.size, seq_len))
     too_large = int(tokens[:usable + 1].max())
     if too_large >= h.vocab_size:
-        raise ValueError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
+        raise DataError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
                          % (h.val_files, too_large, h.vocab_size))
     tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
     tables = ByteTables(*(t.to(device) for t in astuple(tables_cpu)))
@@ -2314,6 +2421,7 @@ ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed mod
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 LZMA_PRESET = 6
+XZ_MAGIC = b"\xfd7zXZ\x00"  # lzma.compress's container; a brotli stream with lgwin 22 starts with 0x?B, never 0xFD
 PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
 INT6_CATEGORIES = ("mlp", "attn")
 INT6_MAX = 31  # symmetric grid [-31, 31]
@@ -2327,7 +2435,7 @@ SDCLIP_MIN_SCALE = 1e-10
 BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
                "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
 
-class ArtifactTooLargeError(RuntimeError):
+class ArtifactTooLargeError(RunFailure):
     """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
 
 def bank_row_names(bank_name: str, num_rows: int) -> List[str]:
@@ -2497,46 +2605,64 @@ def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
         flat[name] = stored.to(like.dtype)
     return flat
 
-def serialize_artifact(tensors: dict, meta: dict) -> bytes:
+def serialize_artifact(tensors: dict, meta: dict, compressor: str) -> bytes:
+    """torch.save of {"w": tensors, "m": meta}, compressed. No header: the reader tells lzma (its xz magic) from
+    brotli, and earlier lzma artifacts still load."""
     buffer = io.BytesIO()
     torch.save({"w": tensors, "m": meta}, buffer)
-    return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
+    if compressor == "lzma":
+        return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
+    return brotli.compress(buffer.getvalue(), mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
 
-def deserialize_artifact(blob: bytes) -> tuple:
-    """-> (tensors, meta). weights_only=True: the unpickler builds only tensors and plain containers, so a
-    crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked."""
-    payload = torch.load(io.BytesIO(lzma.decompress(blob)), map_location="cpu", weights_only=True)
+def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
+    """-> (tensors, meta) of the artifact `name`. weights_only=True: the unpickler builds only tensors and plain
+    containers, so a crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked.
+    A blob that neither decompressor reads is a DataError naming the file."""
+    lzma_blob = blob.startswith(XZ_MAGIC)
+    if not lzma_blob and brotli is None:
+        raise RunFailure("%s is not lzma-compressed and this Python (%s) lacks the brotli module to read it: pip "
+                         "install brotli" % (name, sys.executable))
+    try:
+        raw = lzma.decompress(blob) if lzma_blob else brotli.decompress(blob)
+    except Exception as exc:  # lzma.LZMAError or brotli.error: not a (complete) stream of that compressor
+        raise DataError("%s: %s (%s: %s)" % (name, "an xz (lzma) stream that does not decompress: damaged" if lzma_blob
+                                             else "neither an xz (lzma) nor a brotli stream: not an artifact of "
+                                             "this trainer, or damaged", type(exc).__name__, exc)) from None
+    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
-        raise ValueError("artifact: expected a dict with exactly the keys 'w' and 'm'")
+        raise DataError(f"{name}: expected a dict with exactly the keys 'w' and 'm'")
     tensors, meta = payload["w"], payload["m"]
     if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
-        raise ValueError("artifact: 'w' must map names to tensors")
+        raise DataError(f"{name}: 'w' must map names to tensors")
     if not isinstance(meta, dict):
-        raise ValueError("artifact: 'm' must be a dict")
-    for name, kind in meta.items():
+        raise DataError(f"{name}: 'm' must be a dict")
+    for key, kind in meta.items():
         if kind != "passthrough" and kind not in [{"type": f"int{bits}"} for bits in range(2, 9)]:
-            raise ValueError(f"artifact: unknown entry {kind!r} for {name}")
-        needed = (name,) if isinstance(kind, str) else (name + ".q", name + ".scale")
-        if not all(key in tensors for key in needed):
-            raise ValueError(f"artifact: missing tensors {needed} for {name}")
+            raise DataError(f"{name}: unknown entry {kind!r} for {key}")
+        needed = (key,) if isinstance(kind, str) else (key + ".q", key + ".scale")
+        if not all(part in tensors for part in needed):
+            raise DataError(f"{name}: missing tensors {needed} for {key}")
     return tensors, meta
 
 def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
-    """SPEC §9 line 21 and the budget: code bytes + compressed model bytes against the decimal 16,000,000; over
-    it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
-    total_bytes = artifact_bytes + code_bytes
+    """SPEC §9 line 21 and the budget: counted code bytes + compressed model bytes against the decimal 16,000,000;
+    over it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
+    total_bytes, label = artifact_bytes + code_bytes, "int6+" + h.compressor
     logger.log(f"Serialized model: {raw_model_bytes} bytes")
     logger.log(f"Code size: {code_bytes} bytes")
-    logger.log(f"Serialized model int6+lzma: {artifact_bytes} bytes")
-    logger.log(f"Total submission size int6+lzma: {total_bytes} bytes")
-    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} "
-               f"total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES}")
+    logger.log(f"Serialized model {label}: {artifact_bytes} bytes")
+    logger.log(f"Total submission size {label}: {total_bytes} bytes")
+    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} total_bytes:{total_bytes} "
+               f"limit_bytes:{ARTIFACT_LIMIT_BYTES} headroom_bytes:{ARTIFACT_LIMIT_BYTES - total_bytes}")
     if total_bytes > ARTIFACT_LIMIT_BYTES:
         message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
                    f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
         logger.log(message)
         if h.artifact_limit_strict:
-            raise ArtifactTooLargeError(message)
+            raise ArtifactTooLargeError("the submission is %d bytes (code %d + model %d), %d over the %d-byte limit "
+                                        "(ARTIFACT_LIMIT_STRICT=1)" % (total_bytes, code_bytes, artifact_bytes,
+                                                                       total_bytes - ARTIFACT_LIMIT_BYTES,
+                                                                       ARTIFACT_LIMIT_BYTES))
     return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
             "total_bytes": total_bytes}
 
@@ -2580,17 +2706,18 @@ def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, 
 
 def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str,
                     make_loader: Optional[Callable] = None) -> dict:
-    """Rank 0 writes final_model.pt and the artifact (QUANTIZER=gptq: from its own calibration batches, nothing
-    reduced, as the 04-09 record; SPEC_0409 §0.8); after a barrier every rank accounts the bytes from the file
-    sizes, so a strict-limit failure raises on all ranks alike."""
+    """Rank 0 writes final_model.pt and the artifact into output_dir (QUANTIZER=gptq: from its own calibration
+    batches, nothing reduced, as the 04-09 record; SPEC_0409 §0.8); after a barrier every rank accounts the bytes
+    from the file sizes, so a strict-limit failure raises on all ranks alike."""
     raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
     artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
     if dist_info.is_main:
+        os.makedirs(output_dir, exist_ok=True)
         state = model.state_dict()
         torch.save(state, raw_path)
         hessians = collect_hessians(h, logger, model, make_loader) if h.quantizer == "gptq" else None
         started = time.perf_counter()
-        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h, hessians))
+        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h, hessians), h.compressor)
         with open(artifact_path, "wb") as handle:
             handle.write(blob)
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
@@ -2601,7 +2728,7 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
 def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
     """Reads the artifact into a fresh model from make_model() (the dtype recipe), loaded strictly."""
     with open(artifact_path, "rb") as handle:
-        tensors, meta = deserialize_artifact(handle.read())
+        tensors, meta = deserialize_artifact(handle.read(), artifact_path)
     model = make_model()
     template = model.state_dict()
     flat = dequantize_state_dict(tensors, meta, unbank_state_dict(template))
@@ -2792,19 +2919,60 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
 
 
 # ==== 11. MAIN ====
-def load_tokenizer(h: Hyperparameters):
-    import sentencepiece as spm
+PEER_GRACE_SECONDS = 5.0  # torchrun polls its ranks every 0.1 s (5 s before torch 2.4); see main()
 
+def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
+    """data/manifest.py, mirrored: (sha256 of the tokenizer that made the shards, where it is named), or (None, why
+    it cannot be known)."""
+    path = os.path.join(data_path, "manifest.json")
+    if not os.path.isfile(path):
+        return None, "%s does not exist" % path
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        name = manifest["datasets"][0]["tokenizer_name"]
+        sha256 = next(entry for entry in manifest["tokenizers"] if entry.get("name") == name)["sha256"]
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, StopIteration) as exc:
+        return None, "%s names no tokenizer sha256 (%s: %s)" % (path, type(exc).__name__, exc)
+    if not isinstance(sha256, str) or len(sha256) != 64:
+        return None, "%s: tokenizer %r has no sha256" % (path, name)
+    return sha256, "tokenizer %r of %s" % (name, path)
+
+def load_tokenizer(h: Hyperparameters, logger):
+    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards: another tokenizer
+    gives a wrong val_bpb, silently."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        raise RunFailure("this Python (%s) lacks the sentencepiece module the tokenizer needs: pip install "
+                         "sentencepiece" % sys.executable) from None
     if not os.path.isfile(h.tokenizer_path):
-        raise FileNotFoundError("TOKENIZER_PATH=%s: no such file (build data first: see README)" % h.tokenizer_path)
-    sp = spm.SentencePieceProcessor(model_file=h.tokenizer_path)
+        raise DataError("TOKENIZER_PATH=%s: no such file (build data first: see README)" % h.tokenizer_path)
+    with open(h.tokenizer_path, "rb") as handle:
+        actual = hashlib.sha256(handle.read()).hexdigest()
+    expected, where = manifest_tokenizer_sha256(h.data_path)
+    if expected is None:
+        logger.log("WARNING tokenizer_identity: not checked: %s, so nothing says TOKENIZER_PATH=%s made DATA_PATH's "
+                   "shards" % (where, h.tokenizer_path))
+    elif actual != expected:
+        message = ("TOKENIZER_PATH=%s (sha256 %s) is not the %s (sha256 %s) that made DATA_PATH's shards: their "
+                   "val_bpb would be wrong" % (h.tokenizer_path, actual[:16], where, expected[:16]))
+        if not h.allow_tokenizer_mismatch:
+            raise DataError(message + "; ALLOW_TOKENIZER_MISMATCH=1 runs anyway")
+        logger.log("WARNING tokenizer_identity: %s; running anyway (ALLOW_TOKENIZER_MISMATCH=1)" % message)
+    else:
+        logger.log("tokenizer_identity: sha256 %s... is the %s" % (actual[:16], where))
+    try:
+        sp = spm.SentencePieceProcessor(model_file=h.tokenizer_path)
+    except (OSError, RuntimeError) as exc:
+        raise DataError("TOKENIZER_PATH=%s: not a SentencePiece model (%s)" % (h.tokenizer_path, exc)) from None
     if sp.vocab_size() != h.vocab_size:
-        raise ValueError("VOCAB_SIZE=%d does not match the tokenizer %s (vocab %d)"
-                         % (h.vocab_size, h.tokenizer_path, sp.vocab_size()))
+        raise DataError("VOCAB_SIZE=%d does not match the tokenizer %s (vocab %d)"
+                        % (h.vocab_size, h.tokenizer_path, sp.vocab_size()))
     return sp
 
 def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: ValidationData, code_bytes: int,
-                         make_model: Callable, output_dir: str = ".", make_loader: Optional[Callable] = None) -> dict:
+                         make_model: Callable, output_dir: str, make_loader: Optional[Callable] = None) -> dict:
     """SPEC §9 lines 19-24: average, post-average eval, artifact + bytes, then evals of the reloaded artifact (round
     trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one and
     make_loader() a fresh training loader (GPTQ calibration). All evals share one compiled scoring forward (a new
@@ -2842,8 +3010,9 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
-    log_run_header(logger, h, code, environ)
-    val = load_validation_data(h, load_tokenizer(h), dist_info.device)
+    code_bytes = len(pack_source(code)) if brotli is not None else len(code.encode("utf-8"))  # the counted bytes
+    log_run_header(logger, h, code, code_bytes, environ)
+    val = load_validation_data(h, load_tokenizer(h, logger), dist_info.device)
     logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
                                                             len(list_shards(h.train_files, "train"))))
@@ -2888,35 +3057,78 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
+    outputs = "log:" + logger.path
     if h.final_eval:
-        run_final_evaluation(h, dist_info, logger, base_model, averages, val, len(code.encode("utf-8")), make_model,
-                             make_loader=make_loader)
+        run_final_evaluation(h, dist_info, logger, base_model, averages, val, code_bytes, make_model,
+                             logger.output_dir, make_loader)
+        outputs += " model:%s artifact:%s" % tuple(os.path.join(logger.output_dir, name)
+                                                   for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
+    logger.log("outputs: " + outputs)
 
-@record  # under torchrun, the failing rank's traceback becomes the job's reported root cause
-def main() -> int:
-    environ = dict(os.environ)
-    try:
-        h = Hyperparameters.from_env(environ)
-        h.validate_for_world(int(environ.get("WORLD_SIZE", "1")))
-    except ConfigError as exc:
+def launch(environ, argv: List[str], world_size: int) -> int:
+    """--help, or the run: settings, process group, log, training and evaluation."""
+    if {"--help", "-h"} & set(argv):
         if environ.get("RANK", "0") == "0":
-            print("error: " + str(exc), file=sys.stderr, flush=True)
-        return 2
-    with open(__file__, "r", encoding="utf-8") as handle:
-        code = handle.read()
+            print(settings_help())
+        return 0
+    if argv:
+        raise RunFailure("unexpected argument %r: settings are environment variables (NUM_LAYERS=9 python "
+                         "train_gpt.py); python train_gpt.py --help lists them" % argv[0], exit_code=2)
+    h = Hyperparameters.from_env(environ)
+    h.validate_for_world(world_size)
+    code = read_own_source()
     dist_info = init_distributed(environ)
     logger = Logger(dist_info, "logs", h.run_id)
     try:
         run(h, dist_info, logger, code, environ)
         barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
-    except Exception as exc:
-        logger.log("error: %s: %s" % (type(exc).__name__, exc))
+    except BaseException as exc:  # the log ends with the reason too; main() tells the console
+        logger.log("error: " + failure_reason(exc), console=False)
         raise
     finally:
         logger.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
+
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (SIGINT): the run stopped"
+    return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
+
+def report_failure(reason: str, exit_code: int, environ) -> int:
+    """One `error:` line on stderr and, under torchrun, the error file its "Root Cause" shows (instead of the
+    traceback @record would write)."""
+    print("error: " + reason, file=sys.stderr, flush=True)
+    if environ.get("TORCHELASTIC_ERROR_FILE"):
+        with open(environ["TORCHELASTIC_ERROR_FILE"], "w", encoding="utf-8") as handle:
+            json.dump({"message": reason, "timestamp": int(time.time())}, handle)
+    return exit_code
+
+@record  # under torchrun, the traceback of an exception main() does not name becomes the job's root cause
+def main() -> int:
+    """The reason is the last thing a user sees: a RunFailure ends in one `error:` line, Ctrl-C in one line (exit
+    130), a bug in its traceback. torchrun reports the failure it sees first and stops the other ranks, so a rank
+    whose failure may follow a peer's waits to be stopped first: ranks > 0 one grace (a config or data error hits
+    every rank, rank 0 names it), unexpected exceptions (what a dead peer causes) one grace more."""
+    environ = dict(os.environ)
+    rank, world_size = int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
+    grace = PEER_GRACE_SECONDS if world_size > 1 else 0.0
+    try:
+        return launch(environ, sys.argv[1:], world_size)
+    except RunFailure as failure:
+        time.sleep(grace * (rank > 0))
+        status = report_failure(str(failure), failure.exit_code, environ)
+    except KeyboardInterrupt as interrupt:
+        print(failure_reason(interrupt), file=sys.stderr, flush=True)
+        status = 130
+    except Exception:
+        time.sleep(grace * (1 + (rank > 0)))
+        raise
+    if dist.is_initialized():  # nothing may print after the reason: skip the teardown, where a process group's
+        sys.stdout.flush()     # destructor warns (or, after a peer died, can hang)
+        os._exit(status)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,22 +1,23 @@
 """Artifact compression: bytes and seconds of lossless layouts x compressors on the trainer's quantized tensors.
 
-    python bench/compress.py final_model.pt               a trained state dict (the trainer writes final_model.pt)
-    python bench/compress.py final_model.int6.ptz         an artifact's tensors (lzma or brotli, BSHF or not)
+    python bench/compress.py logs/RUN_ID/final_model.pt         a trained state dict (each run writes one there)
+    python bench/compress.py logs/RUN_ID/final_model.int6.ptz   an artifact's tensors (lzma or brotli, BSHF or not)
     python bench/compress.py --synthetic record           record-shaped random weights (heavy-tailed, uneven rows)
     options: --compressors lzma6,brotli11,...  --layouts torch_save,planes,...  --json OUT
 
 A state dict goes through the trainer's own functions (unbank_state_dict, quantize_state_dict), so the tensors
 are exactly those the trainer's artifact holds; the first row is the trainer's serialize_artifact itself
-(torch.save + lzma preset 6). Layouts (all lossless, every row is decoded and compared byte for byte, or tensor
-for tensor for `planes`):
+(torch.save + its default COMPRESSOR=brotli, quality 11). Layouts (all lossless, every row is decoded and compared
+byte for byte, or tensor for tensor for `planes`):
   torch_save        torch.save({"w": tensors, "m": meta}), the trainer's container
   torch_save_bshf   the same bytes byte-shuffled as SPEC_0409 §7.6: b"BSHF", 2, even-offset bytes, odd-offset bytes
   grouped           torch.save with the tensors reordered: int8 q tensors, then fp16 scales, then the passthrough ones
   grouped_bshf      grouped, byte-shuffled
   planes            no torch.save: a JSON header, then all 1-byte tensors, then the k-th bytes of all k-byte tensors
                     plane by plane (the even/odd split applied only to the fp16/fp32 data)
-Compressors: lzma6 (the trainer's), lzma9e (preset 9 | extreme), brotli11 (quality 11, window 2^22), brotli11w24
-(window 2^24). Run it on the most-trained weights there are: the ranking on random weights says little.
+Compressors: lzma6 (the trainer's COMPRESSOR=lzma), lzma9e (preset 9 | extreme), brotli11 (quality 11, window
+2^22: COMPRESSOR=brotli), brotli11w24 (window 2^24). Run it on the most-trained weights there are: the ranking on
+random weights says little.
 """
 import argparse
 import importlib.util
@@ -192,16 +193,16 @@ def same_tensors(a: dict, b: dict) -> bool:
 
 
 def measure(tensors: dict, meta: dict, layouts, compressors, serialize_artifact=None) -> list:
-    """One row per layout x compressor; first, when given, the trainer's serialize_artifact (torch.save included
-    in its compress seconds)."""
+    """One row per layout x compressor; first, when given, the trainer's serialize_artifact with its default
+    compressor (torch.save and torch.load included in its seconds)."""
     rows = []
     if serialize_artifact is not None:
         started = time.perf_counter()
-        blob = serialize_artifact(tensors, meta)
+        blob = serialize_artifact(tensors, meta, "brotli")
         compress_s = time.perf_counter() - started
         started = time.perf_counter()
-        lzma.decompress(blob)
-        rows.append({"layout": "trainer serialize_artifact", "compressor": "lzma6", "bytes": len(blob),
+        load_artifact(blob)
+        rows.append({"layout": "trainer serialize_artifact", "compressor": "brotli11", "bytes": len(blob),
                      "compress_s": compress_s, "decompress_s": time.perf_counter() - started})
     for layout in layouts:
         data = LAYOUTS[layout](tensors, meta)
@@ -236,7 +237,8 @@ def print_table(rows: list, title: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("input", nargs="?", help="final_model.pt (a state dict) or an artifact (.ptz)")
+    parser.add_argument("input", nargs="?",
+                        help="a run's logs/<RUN_ID>/final_model.pt (a state dict) or an artifact (.ptz)")
     parser.add_argument("--synthetic", choices=["record"], help="record-shaped random weights instead of a file")
     parser.add_argument("--seed", type=int, default=0, help="seed of --synthetic (default %(default)s)")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated, of: %s" % ", ".join(LAYOUTS))

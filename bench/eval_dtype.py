@@ -5,7 +5,7 @@ the same windows with the trainer's own functions (build_model, score_windows, t
   (b) record    the same forward, but the soft cap applied to the bf16 logits (the record's compiled eval), CE fp32
   (c) fp32      a full-fp32 copy of the model, no autocast, no TF32, SDPA math attention: the "true" score
 
-    python3 bench/eval_dtype.py --model final_model.pt [--max-windows 16384] [--stride 64]
+    python3 bench/eval_dtype.py --model logs/<RUN_ID>/final_model.pt [--max-windows 16384] [--stride 64]
 
 Run it with the training run's environment (DATA_PATH, TOKENIZER_PATH and any model setting that run changed):
 the model is rebuilt from those settings and the state dict is loaded strictly. --max-windows takes that many
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import configure_kernels, load_trainer  # noqa: E402
+from trainer_module import ConsoleLogger, configure_kernels, load_trainer  # noqa: E402
 
 
 class RecordSoftcap:
@@ -74,7 +74,7 @@ def score(tg, h, dist_info, scorer, hidden_forward, tokens, tables, windows, str
 def measure(tg, h, dist_info, model_path: str, max_windows: int, stride: int) -> dict:
     """{method: (val_loss, val_bpb)} plus the window counts, for the state dict at model_path."""
     device = dist_info.device
-    val = tg.load_validation_data(h, tg.load_tokenizer(h), device)
+    val = tg.load_validation_data(h, tg.load_tokenizer(h, ConsoleLogger()), device)
     tokens = tg.device_tokens(val, device)
     model = tg.build_model(h, device)
     kernels = configure_kernels(tg, h, dist_info, model)[1]
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=0, help="sliding stride (default: EVAL_STRIDE)")
     args = parser.parse_args()
     if not os.path.isfile(args.model):
-        sys.exit(f"--model {args.model}: no such file (train_gpt.py writes final_model.pt in its working directory)")
+        sys.exit(f"--model {args.model}: no such file (train_gpt.py writes logs/<RUN_ID>/final_model.pt)")
     tg = load_trainer(needed=("score_windows", "sliding_window_starts", "make_hidden_forward", "build_model"))
     h = tg.Hyperparameters.from_env(dict(os.environ))
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")

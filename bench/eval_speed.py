@@ -124,8 +124,8 @@ def main():
             rows.append((f"ours sliding s64 b{batch_seqs}", label, seconds, loss, bpb))
     (tensors, meta), seconds = timed(dist_info, lambda: ev.quantize_state_dict(
         ev.unbank_state_dict(model.state_dict())))
-    blob, lzma_seconds = timed(dist_info, lambda: ev.serialize_artifact(tensors, meta))
-    print(f"export: quantize {seconds:.2f}s (on the GPU) lzma {lzma_seconds:.2f}s -> {len(blob)} bytes "
+    blob, compress_seconds = timed(dist_info, lambda: ev.serialize_artifact(tensors, meta, h.compressor))
+    print(f"export: quantize {seconds:.2f}s (on the GPU) {h.compressor} {compress_seconds:.2f}s -> {len(blob)} bytes "
           "(random weights compress worse than trained ones)")
     if not args.skip_ttt:
         hidden_forward = ev.make_hidden_forward(h, dist_info, model)

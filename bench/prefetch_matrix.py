@@ -67,10 +67,11 @@ def main() -> int:
     log_every = "1" if args.preset == "small" else "20"
     base = dict(os.environ, **PRESETS[args.preset], ITERATIONS=str(args.steps), TRAIN_LOG_EVERY=log_every)
     combos = [(1, 1)] + ([] if args.no_control else [(1, 1)]) + [c for c in itertools.product((0, 1), (0, 1)) if c != (1, 1)]
-    rows = []
+    rows, stamp = [], time.strftime("%Y%m%d_%H%M%S")  # the trainer refuses a RUN_ID whose log exists
     for index, (prefetch, copy_stream) in enumerate(combos):
         label = "p%d_c%d%s" % (prefetch, copy_stream, "_control" if index == 1 and not args.no_control else "")
-        env = dict(base, TRAIN_PREFETCH=str(prefetch), TRAIN_COPY_STREAM=str(copy_stream), RUN_ID="matrix_" + label)
+        env = dict(base, TRAIN_PREFETCH=str(prefetch), TRAIN_COPY_STREAM=str(copy_stream),
+                   RUN_ID="matrix_%s_%s" % (stamp, label))
         script = REPO / ("bench/deterministic_launch.py" if args.deterministic else "train_gpt.py")
         rows.append((label, prefetch, copy_stream, run_one(env, args.nproc, label, args.out_dir, script)))
         print("done %s in %.0f s" % (label, rows[-1][3]["wall_s"]), flush=True)

@@ -96,7 +96,7 @@ def main() -> int:
     h.validate_for_world(dist_info.world_size)
     if not dist_info.is_main:
         sys.stdout = open(os.devnull, "w")  # rank 0 reports
-    logger = tg.Logger(dist_info, "/tmp/profile_step_logs", "profile")
+    logger = tg.Logger(dist_info, "/tmp/profile_step_logs", h.run_id)  # a fresh uuid unless RUN_ID is set
     cuda = dist_info.is_cuda
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     base_model = tg.build_model(h, dist_info.device)

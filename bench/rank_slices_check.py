@@ -33,7 +33,7 @@ def main() -> int:
     h = tg.Hyperparameters.from_env(environ)
     dist_info = tg.init_distributed(environ)
     h.validate_for_world(dist_info.world_size)
-    logger = tg.Logger(dist_info, "/tmp/rank_slices_logs", "rank_slices")
+    logger = tg.Logger(dist_info, "/tmp/rank_slices_logs", h.run_id)  # a fresh uuid unless RUN_ID is set
     layout = tg.micro_batch_layout(h, dist_info)
     micro_steps = args.steps * dist_info.grad_accum_steps
     needed = micro_steps * dist_info.world_size * layout.span

@@ -20,6 +20,13 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
     return module
 
 
+class ConsoleLogger:
+    """The trainer's Logger interface without a log file (a benchmark's output is its table)."""
+
+    def log(self, msg: str, console: bool = True) -> None:
+        print(msg, flush=True)
+
+
 def configure_kernels(tg, h, dist_info, model) -> tuple:
     """Selects attention backend, q/k kernel and MLP kernel as the trainer's `run` does and sets them on `model`;
     works for older trainers without those choices. Returns (short label, description with the reasons)."""

@@ -121,7 +121,12 @@ class CountedCode:
 
 
 def counted_code(data: bytes, name: str = "train_gpt.py", tool: str = "records.make check") -> CountedCode:
-    from records.pack import PackError, is_packed
+    try:  # records.pack takes its packer from the repository's train_gpt.py, which imports torch and numpy
+        from records.pack import PackError, is_packed
+    except ModuleNotFoundError as exc:
+        raise MissingDependency(missing_dependency_message(
+            tool, [exc.name], " to import train_gpt.py (the repository's, whose pack_source records.pack uses)")) \
+            from None
 
     if not is_packed(data):
         return CountedCode(name, data, packed=False, source=data.decode("utf-8", "replace"))

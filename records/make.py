@@ -294,8 +294,9 @@ def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, ha
     lines += ["## Results", "", results_table(runs, headline), "",
               "Pre-TTT is the int6 sliding-window score (`final_int6_sliding_window_exact`; old logs: "
               "`final_int8_zlib_roundtrip_exact`), post-TTT the legal score-first TTT score (`legal_ttt_exact`). "
-              "Means and sample standard deviations (n − 1) are over the seeds. Total bytes = int6+lzma model + "
-              "code (`Total submission size`).", ""]
+              "Means and sample standard deviations (n − 1) are over the seeds. Total bytes = compressed model "
+              "(`Serialized model int6+<compressor>`) + counted code (`Code size`): the `Total submission size` "
+              "line.", ""]
     lines += _absent_section(runs, headline) + _warnings_section(runs)
     lines += ["## Curves", "", "![training loss and validation bpb of every seed](%s)" % PLOT_NAME, ""]
     if significance:
@@ -420,7 +421,9 @@ def publish_folder(target: Path, build) -> None:
 
 
 def command_make(args) -> int:
-    require_modules("records.make make", ["brotli", "matplotlib"] + (["scipy"] if args.baseline else []))
+    # torch and numpy: records.pack packs with train_gpt.py's pack_source, the function the trainer counts bytes with
+    require_modules("records.make make", ["brotli", "matplotlib", "torch", "numpy"] + (["scipy"] if args.baseline
+                                                                                       else []))
     script = Path(args.script)
     if not script.is_file():
         print("error: %s: no such file (pass --script)" % script, file=sys.stderr)

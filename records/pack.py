@@ -21,9 +21,9 @@ runs the payload in its own module namespace, so `__name__ == "__main__"`, `@dat
 up in sys.modules) and pickling behave as in the readable file. The payload's sha256 is written in the
 wrapper and checked before anything runs: an edited file stops with one line naming it.
 
-A running trainer reads its readable source (for code_sha256 and the log) through linecache under its code's
-file name, `"".join(linecache.getlines(main.__code__.co_filename))`: the packed file registered it there, and
-for a readable file linecache reads it from disk.
+The template and pack_source live in train_gpt.py, which logs len(pack_source(source)) as its counted code_bytes;
+it reads the source it runs (for code_sha256, the log and those bytes) through linecache under its code's file
+name (read_own_source): the packed file registered it there, and for a readable file linecache reads it from disk.
 """
 import argparse
 import base64
@@ -31,35 +31,15 @@ import hashlib
 import re
 import sys
 import tokenize
+from pathlib import Path
 
-# ---- pack_source: moves into train_gpt.py (its `import brotli` joining the file's imports), which will log
-# len(pack_source(code)) as code_bytes. Here brotli is imported where it is used, so that is_packed and the
-# records checker work without it and a missing brotli is reported by name (records/check.py). ----
-PACKED_TEMPLATE = (
-    "# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE\n"
-    "import base64,brotli,hashlib,io,linecache,sys,traceback\n"
-    '_f,_h="<%s>"%__file__,"{sha256}"\n'
-    'try:_p="{payload}";_b=base64.b85decode(_p);_s=brotli.decompress(_b).decode();_ok=base64.b85encode(_b).decode()'
-    "==_p and hashlib.sha256(_s.encode()).hexdigest()==_h\n"
-    "except Exception:_ok=0\n"
-    'if not _ok:raise SystemExit("%s: the packed source does not decode to sha256 %s: the file was edited after '
-    'packing"%(__file__,_h))\n'
-    "linecache.cache[_f]=len(_s),None,io.StringIO(_s).readlines(),_f\n"
-    'if __name__=="__main__":sys.excepthook=traceback.print_exception\n'
-    'exec(compile(_s,_f,"exec"))\n')
-
-
-def pack_source(source: str) -> bytes:
-    """The counted file that runs `source` (the text as Python reads the readable file: universal newlines)."""
-    import brotli
-
-    if "\r" in source:  # compile() would count a lone CR as a line break, linecache would not
-        raise ValueError("pack_source: the source holds CR characters; pass the text read with universal newlines")
-    data = source.encode("utf-8")
-    compressed = brotli.compress(data, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
-    return PACKED_TEMPLATE.format(sha256=hashlib.sha256(data).hexdigest(),
-                                  payload=base64.b85encode(compressed).decode("ascii")).encode("ascii")
-# ---- end of the part for train_gpt.py ----
+# The one packer: train_gpt.py logs len(pack_source(its source)) as its counted code_bytes, so the file records.make
+# writes and the bytes every log states come from the same function (importing train_gpt has no side effects). It
+# is the repository's train_gpt.py, next to this package, not one in the working directory (a record folder's).
+_REPO = str(Path(__file__).resolve().parents[1])
+if sys.path[:1] != [_REPO]:
+    sys.path.insert(0, _REPO)
+from train_gpt import PACKED_TEMPLATE, pack_source  # noqa: E402
 
 
 class PackError(ValueError):

@@ -35,6 +35,7 @@ _SERIALIZED = re.compile(r"Serialized model (\S+): (\d+) bytes")
 _TOTAL = re.compile(r"Total submission size (\S+): (\d+) bytes")
 _CODE = re.compile(r"Code size: (\d+) bytes")
 _SUBMISSION_BYTES = re.compile(r"submission_bytes code_bytes:(\d+) model_bytes:(\d+) total_bytes:(\d+)")
+_CODE_BUDGET = re.compile(r"code_bytes:(\d+) code_bytes_readable:(\d+)")  # before training (trainers since issue 19)
 _GPU_ROW = re.compile(r"\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|")
 # Each run writes its header first (our file logs: the code_sha256 line; every file log: the versions block), so
 # a log that holds two runs (a second run appended to the same logs/<RUN_ID>.txt) has two of either.
@@ -72,7 +73,8 @@ class SeedRun:
     exact: Dict[str, Tuple[float, float]] = field(default_factory=dict)  # key -> (val_loss, val_bpb)
     eval_time_ms: Dict[str, int] = field(default_factory=dict)  # label (no _exact) -> ms
     bytes_model: Optional[int] = None  # the compressed artifact
-    bytes_code: Optional[int] = None
+    bytes_code: Optional[int] = None  # the counted code (the packed file, for trainers since issue 19)
+    bytes_code_readable: Optional[int] = None  # the readable source, logged next to it before training
     bytes_total: Optional[int] = None  # compressed artifact + code: what the 16,000,000 cap applies to
     artifact_format: Optional[str] = None  # int6+lzma, int8+zlib, ...
     warnings: List[str] = field(default_factory=list)  # WARNING / ERROR / error: lines
@@ -124,7 +126,8 @@ class SeedRun:
             "step_avg_ms": self.step_avg_ms, "world_size": self.world_size,
             "pre_ttt": rounded(self.score(PRE_TTT_KEYS)), "post_ttt": rounded(self.score(TTT_KEY)),
             "roundtrip": rounded(self.score(ROUNDTRIP_KEYS)), "bytes_model": self.bytes_model,
-            "bytes_code": self.bytes_code, "bytes_total": self.bytes_total, "python": self.python_version,
+            "bytes_code": self.bytes_code, "bytes_code_readable": self.bytes_code_readable,
+            "bytes_total": self.bytes_total, "python": self.python_version,
             "pytorch": self.pytorch_version, "gpus": self.gpu_names, "absent": self.absent(),
             "runs_in_log": self.run_count,
         }
@@ -199,6 +202,10 @@ def _parse_header_line(run: SeedRun, line: str) -> None:
         if match:
             setattr(run, attribute, convert(match.group(1)))
             return
+    match = _CODE_BUDGET.match(line)
+    if match:
+        run.bytes_code, run.bytes_code_readable = int(match.group(1)), int(match.group(2))
+        return
     match = _SUBMISSION_BYTES.match(line)
     if match:
         run.bytes_code, run.bytes_model, run.bytes_total = (int(group) for group in match.groups())

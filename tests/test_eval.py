@@ -523,19 +523,45 @@ def test_reloaded_artifact_gives_exactly_the_dequantized_logits(ev, tmp_path, sm
         assert value.dtype == template[name].dtype and value.shape == template[name].shape
 
 
-def test_byte_accounting_equals_the_file_sizes(ev, tmp_path):
-    h = tiny_h(ev)
+@pytest.mark.parametrize("compressor", ["brotli", "lzma"])
+def test_byte_accounting_equals_the_file_sizes(ev, tmp_path, compressor):
+    h = tiny_h(ev, compressor=compressor)
     logger = ListLogger()
-    result = ev.export_artifact(h, dist_info(ev), logger, random_model(ev, h), 4321, str(tmp_path))
-    raw = os.path.getsize(tmp_path / ev.RAW_MODEL_FILENAME)
-    artifact = os.path.getsize(tmp_path / ev.ARTIFACT_FILENAME)
+    output_dir = tmp_path / "logs" / "run"  # export creates the run's folder
+    result = ev.export_artifact(h, dist_info(ev), logger, random_model(ev, h), 4321, str(output_dir))
+    raw = os.path.getsize(output_dir / ev.RAW_MODEL_FILENAME)
+    artifact = os.path.getsize(output_dir / ev.ARTIFACT_FILENAME)
     assert result == {"raw_model_bytes": raw, "code_bytes": 4321, "model_bytes": artifact,
                       "total_bytes": artifact + 4321}
+    total = artifact + 4321
     assert logger.lines[1:] == [
-        f"Serialized model: {raw} bytes", "Code size: 4321 bytes", f"Serialized model int6+lzma: {artifact} bytes",
-        f"Total submission size int6+lzma: {artifact + 4321} bytes",
-        f"submission_bytes code_bytes:4321 model_bytes:{artifact} total_bytes:{artifact + 4321} limit_bytes:16000000"]
+        f"Serialized model: {raw} bytes", "Code size: 4321 bytes",
+        f"Serialized model int6+{compressor}: {artifact} bytes",
+        f"Total submission size int6+{compressor}: {total} bytes",
+        f"submission_bytes code_bytes:4321 model_bytes:{artifact} total_bytes:{total} limit_bytes:16000000 "
+        f"headroom_bytes:{16_000_000 - total}"]
     assert re.fullmatch(r"timing_quantize_ms:\d+", logger.lines[0])
+    assert (output_dir / ev.ARTIFACT_FILENAME).read_bytes().startswith(b"\xfd7zXZ\x00") == (compressor == "lzma")
+
+
+@pytest.mark.parametrize("compressor", ["brotli", "lzma"])
+def test_both_compressors_reload_and_an_undecodable_artifact_is_named(ev, tmp_path, compressor, small_passthrough):
+    """Each compressor's artifact reloads to the same tensors (the reader tells them apart by the xz magic); brotli
+    saves bytes; bytes that neither compressor reads, or a damaged xz stream, are an error naming the file."""
+    h = tiny_h(ev)
+    tensors, meta = ev.quantize_state_dict(ev.unbank_state_dict(random_model(ev, h).state_dict()))
+    blob = ev.serialize_artifact(tensors, meta, compressor)
+    got_tensors, got_meta = ev.deserialize_artifact(blob)
+    assert got_meta == meta and got_tensors.keys() == tensors.keys()
+    assert all(torch.equal(got_tensors[name], tensors[name]) for name in tensors)
+    path = tmp_path / "final_model.int6.ptz"
+    path.write_bytes(blob[:len(blob) // 2])  # truncated: neither decompressor finishes it
+    with pytest.raises(ev.DataError, match="^%s: " % re.escape(str(path))) as caught:
+        ev.load_artifact_model(str(path), lambda: ev.build_model(h, CPU))
+    assert ("an xz (lzma) stream that does not decompress" if compressor == "lzma" else
+            "neither an xz (lzma) nor a brotli stream") in str(caught.value)
+    if compressor == "brotli":
+        assert len(blob) < len(ev.serialize_artifact(tensors, meta, "lzma"))
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -544,7 +570,7 @@ def test_over_the_limit_is_an_error_line_and_strict_raises(ev, tmp_path, strict)
     logger = ListLogger()
     model = random_model(ev, h)
     if strict:
-        with pytest.raises(ev.ArtifactTooLargeError, match="over_by"):
+        with pytest.raises(ev.ArtifactTooLargeError, match=r"over the 16000000-byte limit \(ARTIFACT_LIMIT_STRICT=1\)"):
             ev.export_artifact(h, dist_info(ev), logger, model, 16_000_000, str(tmp_path))
     else:
         ev.export_artifact(h, dist_info(ev), logger, model, 16_000_000, str(tmp_path))
@@ -603,8 +629,8 @@ def test_run_final_evaluation_logs_the_challenge_lines(ev, tmp_path, small_passt
     expected = [
         r"ema:applying EMA weights", rf"DIAGNOSTIC post_ema val_loss:{f4} val_bpb:{f4} eval_time:{ms}",
         r"timing_quantize_ms:\d+", r"Serialized model: \d+ bytes", r"Code size: 999 bytes",
-        r"Serialized model int6\+lzma: \d+ bytes", r"Total submission size int6\+lzma: \d+ bytes",
-        r"submission_bytes code_bytes:999 model_bytes:\d+ total_bytes:\d+ limit_bytes:16000000",
+        r"Serialized model int6\+brotli: \d+ bytes", r"Total submission size int6\+brotli: \d+ bytes",
+        r"submission_bytes code_bytes:999 model_bytes:\d+ total_bytes:\d+ limit_bytes:16000000 headroom_bytes:\d+",
         rf"final_int6_roundtrip val_loss:{f4} val_bpb:{f4} eval_time:{ms}",
         rf"final_int6_roundtrip_exact val_loss:{f8} val_bpb:{f8}",
         rf"final_int6_sliding_window val_loss:{f4} val_bpb:{f4} stride:16 eval_time:{ms}",

@@ -324,7 +324,7 @@ def test_record_env_line_gives_the_record_model(tgpt, tiny_data, monkeypatch, tm
     assert_spec_initial_state(h, seen["built"][0])  # the training model; later builds are the reloaded artifact
     averages, = seen["averages"]
     assert averages.swa_count == 0 and averages.swa_sum is None
-    saved = torch.load(tmp_path / tgpt.RAW_MODEL_FILENAME, weights_only=True)
+    saved = torch.load(tmp_path / "logs" / "record_line" / tgpt.RAW_MODEL_FILENAME, weights_only=True)
     assert all(torch.equal(saved[k], averages.ema[k]) for k in saved)
     assert any(not torch.equal(saved[k], seen["trained"][k]) for k in saved)  # the EMA, not the trained weights
     assert "ema:applying EMA weights" in console and not any(line.startswith("swa:start") for line in console)

@@ -285,7 +285,7 @@ def test_gptq_state_round_trips_through_the_artifact(tgpt, matrix_bits):
     assert meta == {"tok_emb.weight": {"type": "int8"}, "blocks.0.attn.c_q.weight": {"type": f"int{matrix_bits}"},
                     "blocks.0.mlp.proj.weight": {"type": f"int{matrix_bits}"}, "blocks.0.attn_scale": "passthrough",
                     "step": "passthrough"}
-    loaded = tgpt.dequantize_state_dict(*tgpt.deserialize_artifact(tgpt.serialize_artifact(tensors, meta)), flat)
+    loaded = tgpt.dequantize_state_dict(*tgpt.deserialize_artifact(tgpt.serialize_artifact(tensors, meta, "lzma")), flat)
     for name, hessian in hessians.items():
         bits, sigmas = (8, 20.0) if name == "tok_emb.weight" else (matrix_bits, 12.85)
         q, scale = tgpt.gptq_quantize(flat[name], hessian, bits, sigmas)

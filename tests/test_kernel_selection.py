@@ -26,7 +26,7 @@ def test_attention_on_cpu(tgpt):
     cpu = tgpt.init_distributed({})
     choice = tgpt.select_kernels(tgpt.Hyperparameters.from_env({}), cpu)["attention"]
     assert choice == ("sdpa_cpu", "CPU run: PyTorch SDPA default kernel")
-    with pytest.raises(RuntimeError, match="ATTN_BACKEND=cudnn needs CUDA; this run is on the CPU"):
+    with pytest.raises(tgpt.ConfigError, match="ATTN_BACKEND=cudnn needs CUDA; this run is on the CPU"):
         tgpt.select_kernels(tgpt.Hyperparameters.from_env({"ATTN_BACKEND": "cudnn"}), cpu)
 
 
@@ -35,7 +35,7 @@ def test_forced_triton_fails_loudly_where_it_cannot_run(tgpt, env_name, part):
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("the Triton interpreter makes the kernels runnable on the CPU")
     forced = tgpt.Hyperparameters.from_env({env_name: "triton"})
-    with pytest.raises(RuntimeError, match="%s=triton cannot run here: " % env_name):
+    with pytest.raises(tgpt.ConfigError, match="%s=triton cannot run here: " % env_name):
         tgpt.select_kernels(forced, tgpt.init_distributed({}))
 
 

@@ -171,7 +171,7 @@ def test_load_data_shard_rejects_short_read(loader_mod, tmp_path, monkeypatch):
 
 def test_missing_train_shards_name_the_pattern(loader_mod, tmp_path):
     h = make_h(tmp_path)
-    with pytest.raises(FileNotFoundError, match="fineweb_train_"):
+    with pytest.raises(loader_mod.DataError, match="no train shards match .*fineweb_train_"):
         make_loader(loader_mod, h)
 
 

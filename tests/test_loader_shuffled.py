@@ -273,7 +273,7 @@ def test_read_error_in_the_producer_reaches_the_consumer_with_the_file(loader_mo
     delivered = []
     start = time.perf_counter()
     with make_loader(loader_mod, shuffled_h(tmp_path, train_prefetch=prefetch, train_prefetch_queue=1)) as loader:
-        with pytest.raises(RuntimeError, match=re.escape(f"{bad}: reading the sequence at token")) as caught:
+        with pytest.raises(loader_mod.DataError, match=re.escape(f"{bad}: reading the sequence at token")) as caught:
             for _ in range(40):
                 delivered.append(tuple(tensor.clone() for tensor in loader.next_batch()))
     assert time.perf_counter() - start < 1.0

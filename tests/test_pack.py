@@ -4,12 +4,13 @@ CPU training whose log carries the readable source's sha256), and an edited file
 import hashlib
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tgpt_util import REPO, TRAINER_LOGS_PACKED_SIZE, run_env, run_under_triton_interpreter, tiny_data  # noqa: F401
+from tgpt_util import REPO, run_env, run_under_triton_interpreter, tiny_data  # noqa: F401
 
 sys.path.insert(0, str(REPO))
 from records.pack import PackError, is_packed, main as pack_main, pack_source, read_source, unpack  # noqa: E402
@@ -39,36 +40,6 @@ print("name=%s settings=%s source=%s" % (__name__, Settings(), inspect.getsource
 if __name__ == "__main__" and "--fail" in sys.argv:
     fail_here()
 '''
-# Until the trainer reads its running source through linecache (the report's change, next stage of issue 19), a
-# packed run would log the wrapper's sha256; the test applies that change to a copy so the packed run is testable.
-OWN_SOURCE_READ = ('    with open(__file__, "r", encoding="utf-8") as handle:\n        code = handle.read()\n',
-                   "    code = read_own_source()\n")
-READ_OWN_SOURCE = '''def read_own_source() -> str:
-    """The source that is running, for code_sha256 and the log: a packed train_gpt.py (records/pack.py) registers
-    it in linecache under its code's file name; for the readable file linecache reads it from disk."""
-    filename = read_own_source.__code__.co_filename
-    linecache.checkcache(filename)
-    source = "".join(linecache.getlines(filename))
-    if not source:
-        raise RuntimeError("cannot read the running source %s" % filename)
-    return source
-
-
-'''
-
-
-def trainer_source_read_through_linecache() -> str:
-    """train_gpt.py's source, with the report's read_own_source change applied when the trainer lacks it."""
-    source = read_source(SCRIPT)
-    if "linecache.getlines" in source:
-        return source
-    assert OWN_SOURCE_READ[0] in source and "\n@record" in source and "\nimport io\n" in source, \
-        "train_gpt.py changed: apply read_own_source (records/pack.py's docstring) to the trainer, or update this patch"
-    source = source.replace(OWN_SOURCE_READ[0], OWN_SOURCE_READ[1])
-    source = source.replace("\nimport io\n", "\nimport io\nimport linecache\n")
-    return source.replace("\n@record", "\n" + READ_OWN_SOURCE + "@record", 1)
-
-
 def write_packed(path, source: str) -> bytes:
     packed = pack_source(source)
     path.write_bytes(packed)
@@ -106,6 +77,17 @@ def test_cli_packs_verifies_and_unpacks(tmp_path, capsys):
     assert source_path.read_bytes() == SCRIPT.read_bytes() and digest in capsys.readouterr().err
     assert pack_main(["pack", str(packed_path), "-o", str(tmp_path / "twice.py")]) == 2
     assert "already packed" in capsys.readouterr().err and not (tmp_path / "twice.py").exists()
+
+
+def test_the_packer_is_the_repositorys_trainer_whatever_the_working_directory(tmp_path):
+    """records.pack packs with train_gpt.py's pack_source (the function the trainer counts its bytes with), taken
+    from the repository even when the working directory holds another train_gpt.py (a record folder's)."""
+    (tmp_path / "train_gpt.py").write_text("raise SystemExit('the working directory\\'s train_gpt.py was imported')\n")
+    ran = subprocess.run([sys.executable, "-m", "records.pack", "pack", str(SCRIPT), "-o", str(tmp_path / "out.py")],
+                         cwd=tmp_path, env=run_env({"PYTHONPATH": str(REPO)}), capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "out.py").read_bytes() == pack_source(read_source(SCRIPT))
 
 
 def test_cli_without_brotli_says_so(tmp_path):
@@ -180,8 +162,11 @@ def test_packed_trainer_kernels_build_and_run_under_the_triton_interpreter():
     assert model["grad_names"] and model["num_grads"] >= 30 and model["max_grad_rel"] < 1e-4, model
 
 
-def test_packed_trainer_trains_on_cpu_and_logs_the_readable_source(tiny_data, tmp_path):
-    source = trainer_source_read_through_linecache()
+def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_that_checks(tiny_data, tmp_path):
+    """The round trip of issue 19: pack -> a tiny CPU run of the packed file -> its log carries the readable source
+    (sha256 and text) and counts exactly the packed file's bytes, before training and at the end -> records.make
+    builds a folder that check passes; a one-byte edit of the payload then fails check."""
+    source = read_source(SCRIPT)
     packed_path = tmp_path / "train_gpt.py"
     packed = write_packed(packed_path, source)
     settings = {"ITERATIONS": "4", "VAL_LOSS_EVERY": "2", "EVAL_STRIDE": "32", "TTT_CHUNK_TOKENS": "8192",
@@ -190,7 +175,27 @@ def test_packed_trainer_trains_on_cpu_and_logs_the_readable_source(tiny_data, tm
                                                                                          **settings)),
                          capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
-    run = parse_log(tmp_path / "logs" / "packed_run.txt")
+    log = tmp_path / "logs" / "packed_run.txt"
+    run = parse_log(log)
     assert run.code_sha256 == hashlib.sha256(source.encode("utf-8")).hexdigest() and run.source == source
     assert run.steps == 4 and run.absent() == [], run.absent()
-    assert run.bytes_code == (len(packed) if TRAINER_LOGS_PACKED_SIZE else len(source.encode("utf-8")))
+    assert run.bytes_code == len(packed) and run.bytes_code_readable == len(source.encode("utf-8"))
+    assert "code_bytes:%d code_bytes_readable:%d limit_bytes:16000000 model_headroom_bytes:%d" % (
+        len(packed), len(source.encode("utf-8")), 16_000_000 - len(packed)) in ran.stdout  # before training
+    assert ran.stdout.index("model_headroom_bytes:") < ran.stdout.index("step:1/4")
+    assert "Code size: %d bytes" % len(packed) in ran.stdout and run.bytes_total == run.bytes_model + len(packed)
+    shutil.copyfile(log, tmp_path / "train_seed7.log")
+    made = subprocess.run([sys.executable, "-m", "records.make", "make", "--name", "Packed", "--author", "a",
+                           "--github-id", "g", "--script", str(packed_path), "--out", str(tmp_path / "records"),
+                           "--date", "2026-11-22", "--skip-import-check", str(tmp_path / "train_seed7.log")],
+                          cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=600)
+    folder = tmp_path / "records" / "track_10min_16mb" / "2026-11-22_Packed"
+    assert made.returncode == 0 and "passes" in made.stderr, made.stdout + made.stderr
+    assert (folder / "train_gpt.py").read_bytes() == packed
+    text = packed.decode("ascii")
+    at = text.index('_p="') + 4 + 5000  # a valid base85 character in the middle of the payload
+    (folder / "train_gpt.py").write_bytes((text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1:]).encode())
+    checked = subprocess.run([sys.executable, "-m", "records.make", "check", "--skip-import-check", str(folder)],
+                             cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=600)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("train_gpt.py: the packed source ") and "edited after packing" in checked.stdout

@@ -589,8 +589,9 @@ def test_tiny_04_09_pipeline_on_the_cpu(tgpt, tiny_data_8192, tmp_path):
     the 65,536-element passthrough limit, int6; tok_emb int8), the round trip, the sliding window and legal TTT on
     the looped reloaded model."""
     env = dict(TINY_0409_ENV, **tiny_data_8192["env"])
-    env.update(MODEL_DIM="128", MLP_MULT="5", ITERATIONS="20", WARMUP_STEPS="2", TRAIN_LOG_EVERY="5", VAL_LOSS_EVERY="10", RUN_ID="r0409",
-               GPTQ_CALIBRATION_BATCHES="4", TTT_CHUNK_TOKENS="2048", EVAL_STRIDE="32", EVAL_BATCH_SEQS="16")
+    env.update(MODEL_DIM="128", MLP_MULT="5", ITERATIONS="20", WARMUP_STEPS="2", TRAIN_LOG_EVERY="5",
+               VAL_LOSS_EVERY="10", RUN_ID="r0409", GPTQ_CALIBRATION_BATCHES="4", TTT_CHUNK_TOKENS="2048",
+               EVAL_STRIDE="32", EVAL_BATCH_SEQS="16")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -607,7 +608,7 @@ def test_tiny_04_09_pipeline_on_the_cpu(tgpt, tiny_data_8192, tmp_path):
     assert train[20] < train[1] - 1.0
     log = (tmp_path / "logs" / "r0409.txt").read_text()
     assert "config:recipe=2026-04-09" in log and "config:vocab_size=8192" in log
-    tensors, meta = tgpt.deserialize_artifact((tmp_path / "final_model.int6.ptz").read_bytes())
+    tensors, meta = tgpt.deserialize_artifact((tmp_path / "logs" / "r0409" / "final_model.int6.ptz").read_bytes())
     kinds = {}
     for name, kind in meta.items():
         kinds.setdefault(kind if isinstance(kind, str) else kind["type"], []).append(name)

@@ -16,7 +16,7 @@ from typing import Tuple
 import pytest
 from scipy import stats
 
-from tgpt_util import REPO, TRAINER_LOGS_PACKED_SIZE, run_env, tiny_data  # noqa: F401 (fixture)
+from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO))
 import records.make  # noqa: E402
@@ -127,20 +127,6 @@ def our_final_lines(seed, code_bytes):
         "legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % (loss, bpb)]) + "\n"
 
 
-def count_packed_bytes(text: str) -> str:
-    """A log of today's trainer as the next stage of issue 19 writes it: `Code size` (and the totals) count the packed
-    file. Does nothing once the trainer logs the packed size (TRAINER_LOGS_PACKED_SIZE)."""
-    if TRAINER_LOGS_PACKED_SIZE:
-        return text
-    model = int(re.search(r"^Serialized model int6\+lzma: (\d+) bytes$", text, re.MULTILINE).group(1))
-    text = re.sub(r"(?m)^Code size: \d+ bytes$", "Code size: %d bytes" % len(PACKED), text)
-    text = re.sub(r"(?m)^Total submission size int6\+lzma: \d+ bytes$",
-                  "Total submission size int6+lzma: %d bytes" % (model + len(PACKED)), text)
-    return re.sub(r"(?m)^submission_bytes code_bytes:\d+ model_bytes:(\d+) total_bytes:\d+",
-                  lambda m: "submission_bytes code_bytes:%d model_bytes:%s total_bytes:%d"
-                  % (len(PACKED), m.group(1), int(m.group(1)) + len(PACKED)), text)
-
-
 def edit_after_source(path: Path, edit) -> None:
     """Apply `edit` to the log's lines after the embedded source (the source and its sha stay intact)."""
     text = path.read_text(encoding="utf-8")
@@ -169,16 +155,15 @@ def real_logs(tiny_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def complete_logs(real_logs, tmp_path_factory):
-    """The real logs, with our end-of-run lines appended where the trainer does not print them yet, counting the
-    packed file's bytes (count_packed_bytes)."""
+    """The real logs, with our end-of-run lines appended where the trainer does not print them yet."""
     folder = tmp_path_factory.mktemp("complete_logs")
     paths = {}
     for seed, path in real_logs.items():
         text = path.read_text(encoding="utf-8")
         if "legal_ttt_exact" not in text:
-            text += our_final_lines(seed, len(SCRIPT.read_bytes()))
+            text += our_final_lines(seed, len(PACKED))
         paths[seed] = folder / path.name
-        paths[seed].write_text(count_packed_bytes(text), encoding="utf-8")
+        paths[seed].write_text(text, encoding="utf-8")
     return paths
 
 
@@ -232,8 +217,8 @@ def test_real_run_logs_parse(real_logs):
         assert run.python_version == platform.python_version() and run.pytorch_version
         assert run.config["num_layers"] == "4" and run.val_tokens > 0
         if "legal_ttt_exact" in run.exact:  # the trainer prints its end-of-run lines
-            code_bytes = len(PACKED) if TRAINER_LOGS_PACKED_SIZE else len(SCRIPT.read_bytes())
-            assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == code_bytes
+            assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == len(PACKED)
+            assert run.bytes_code_readable == len(SCRIPT.read_bytes())
             assert run.run_count == 1
         else:  # not yet: every absent result is named, nothing crashes
             assert run.absent() == ["artifact bytes (Total submission size ...)",
@@ -516,8 +501,8 @@ def test_check_configs_differ_between_seeds(bad_folder):
 
 def test_check_seed_over_the_size_cap(bad_folder):
     def inflate(text):
-        text = re.sub(r"Total submission size int6\+lzma: \d+ bytes",
-                      "Total submission size int6+lzma: 16000001 bytes", text)
+        text = re.sub(r"Total submission size int6\+(\w+): \d+ bytes",
+                      r"Total submission size int6+\1: 16000001 bytes", text)
         return re.sub(r"total_bytes:\d+", "total_bytes:16000001", text)
     edit_after_source(bad_folder / "train_seed42.log", inflate)
     assert "train_seed42.log: total size 16000001 bytes is over the 16000000-byte cap by 1" in problems_of(bad_folder)

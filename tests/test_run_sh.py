@@ -103,6 +103,7 @@ def test_help_and_bad_invocations_are_refused_before_anything_starts(tmp_path, r
     env = launcher_env(run_id, {})
     shown = run_sh(root, env, "--help", timeout=30)
     assert shown.returncode == 0 and "PRESET" in shown.stdout and "tiny" in shown.stdout, shown.stdout
+    assert "tools/py train_gpt.py --help" in shown.stdout  # where every trainer setting is listed
     cases = [((), {"PRESET": "gpu"}, "PRESET=gpu: expected auto, tiny, short or record"),
              (("--iterations", "10"), {}, "unexpected argument '--iterations'"),
              ((), {"NPROC": "two"}, "NPROC=two: expected a positive whole number")]

@@ -1,6 +1,7 @@
 """Trainer core: configuration, model fidelity, optimizer math, data reader errors, training runs (1 and 2 ranks)."""
 import ast
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -301,6 +302,12 @@ def test_tiny_model_loss_falls_and_log_has_the_record_lines(tiny_data, tmp_path)
         assert line in log, line
     for prefix in ("model_params:", "late_qat:enabled step:", "swa:start step:", "swa:applying SWA weights"):
         assert re.search("^" + prefix, stdout, re.M), prefix  # the console: the log also holds the source
+    # the run's outputs sit in its own folder next to its log, never in the working directory, and the last line
+    # says where
+    assert sorted(os.listdir(tmp_path)) == ["logs"] and sorted(os.listdir(tmp_path / "logs")) == ["falls", "falls.txt"]
+    assert sorted(os.listdir(tmp_path / "logs" / "falls")) == ["final_model.int6.ptz", "final_model.pt"]
+    assert stdout.splitlines()[-1] == log.splitlines()[-1] == (
+        "outputs: log:logs/falls.txt model:logs/falls/final_model.pt artifact:logs/falls/final_model.int6.ptz")
 
 
 def test_two_ranks_match_one_rank_with_the_same_global_batch(tiny_data, tmp_path):

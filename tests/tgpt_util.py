@@ -28,9 +28,6 @@ TINY_0409_ENV = {
     "VOCAB_SIZE": "1024", "TRAIN_SEQ_LEN": "64", "EVAL_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "4096",
     "VAL_BATCH_SIZE": "4096", "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
 }
-# Whether the trainer's `Code size` is its packed size (records/pack.py), the counted bytes: the next stage of
-# issue 19. Until then it is the readable file's size; flipping this one line makes the tests expect the packed one.
-TRAINER_LOGS_PACKED_SIZE = False
 
 
 def run_under_triton_interpreter(script: str) -> dict:
@@ -51,10 +48,10 @@ def run_under_triton_interpreter(script: str) -> dict:
 
 
 def compare_tiny_model_step(tg, configure_a, configure_b, seed: int = 0, env: dict = TINY_MODEL_ENV) -> dict:
-    """One fp32 step of the tiny model (`env`, default TINY_MODEL_ENV) built twice from the same seed, each configured by its
-    callable (e.g. the PyTorch path vs a Triton op), on the same tokens: both losses and the largest relative
-    gradient difference. The output projections and down-projections are made non-zero first, so every path
-    carries gradient."""
+    """One fp32 step of the tiny model (`env`, default TINY_MODEL_ENV) built twice from the same seed, each
+    configured by its callable (e.g. the PyTorch path vs a Triton op), on the same tokens: both losses and the
+    largest relative gradient difference. The output projections and down-projections are made non-zero first, so
+    every path carries gradient."""
     import torch
     h = tg.Hyperparameters.from_env(dict(env))
     ids = torch.randint(0, h.vocab_size, (2, h.train_seq_len + 1), generator=torch.Generator().manual_seed(seed))

@@ -92,6 +92,6 @@ def looped(qk):  # the tiny 2026-04-09 model, looping on: looped and parallel-re
     return configure
 
 
-results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"),
-                                                env=dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8"))
+env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
+results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0409)
 print(json.dumps(results))
