@@ -77,12 +77,26 @@ def test_recipe_gives_spec_0409_values_env_overrides_and_unknown_recipes_are_err
 def test_config_lines_show_the_recipe_and_its_resolved_values(tgpt):
     logger = ListLogger()
     h = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "TTT_LR": "0.01"})
-    tgpt.log_run_header(logger, h, "# code", {})
+    tgpt.log_run_header(logger, h, "# code", 6, {})
     config = [line for line in logger.lines if line.startswith("config:")]
     for line in ("config:recipe=2026-04-09", "config:ttt_lr=0.01", "config:qk_gain_init=5.25", "config:num_loops=2",
                  "config:warmdown_frac=0.72", "config:quantizer=gptq", "config:vocab_size=8192"):
         assert line in config, line
     assert len(config) == len(tgpt.fields(tgpt.Hyperparameters))
+
+
+def test_readme_recipe_table_names_every_setting_the_recipe_changes(tgpt):
+    """README's Configuration table lists each setting whose 2026-04-09 value differs from the default, with it."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 |"):]
+    table = table[:table.index("\n\n")]
+    for name, value in tgpt.RECIPES["2026-04-09"].items():
+        default = getattr(tgpt.Hyperparameters, name)
+        if value != default:
+            row = next((line for line in table.splitlines() if "`%s`" % name.upper() in line), None)
+            assert row is not None, name.upper()
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert "%g" % value in row.split("|")[-2], (name, row)
 
 
 def test_recipe_settings_are_checked_at_start_up(tgpt):
