@@ -472,7 +472,7 @@ def test_train_loop_switches_looping_by_fraction_and_stops_at_the_reserve(tgpt, 
     dist_info, logger = tgpt.DistInfo(0, 1, CPU), ListLogger()
     model = tgpt.build_model(h, CPU)
     optimizers = tgpt.Optimizers(h, model, dist_info)
-    val = tgpt.load_validation_data(h, tgpt.load_tokenizer(h), CPU)
+    val = tgpt.load_validation_data(h, tgpt.load_tokenizer(h, ListLogger()), CPU)
     clock, looping, scales = [0.0], [], []
     run_micro_steps, set_schedule = tgpt.run_micro_steps, tgpt.Optimizers.set_schedule
 
