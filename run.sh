@@ -22,14 +22,18 @@ usage: ./run.sh        (settings are environment variables, e.g. NPROC=8 ITERATI
 Trains train_gpt.py under torchrun (NPROC processes, default: one per usable NVIDIA GPU, else 1) and tees the
 console to logs/<RUN_ID>.console.txt; the trainer's own log is logs/<RUN_ID>.txt.
 
+RECIPE   the trainer's table of defaults: 2026-03-23 (default) or 2026-04-09 (the SP8192 record); the presets
+         below are scaled from it
 PRESET   which settings run.sh adds (anything you export wins over the preset):
   auto     (default) tiny without a usable NVIDIA GPU; with GPUs: short on the bundled sample, record when
            DATA_PATH or TOKENIZER_PATH names a dataset
-  tiny     a ~1M-parameter model, 150 steps: a few minutes on 2 CPU cores
+  tiny     a ~1M-parameter model (2026-04-09: ~2M, half of it the 8192-token embedding), 150 steps: minutes
+           on 2 CPU cores
   short    the record model for 120 s of training, shorter EMA horizon
   record   nothing added: train_gpt.py's defaults are the record (600 s on 8 GPUs); on a CPU it needs more
            memory than a 24 GB machine has
-DATA_PATH, TOKENIZER_PATH   the dataset; with neither set the bundled sample is built once (data/build_shards.py)
+DATA_PATH, TOKENIZER_PATH   the dataset; with neither set the bundled sample is built once (data/build_shards.py,
+         with the recipe's vocabulary: 1024, or 8192 for RECIPE=2026-04-09)
 NPROC    processes per node (torchrun --nproc_per_node)
 RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused
 PYTHON   the interpreter (default: ./.venv or python3, see tools/python_env.sh)
@@ -96,26 +100,35 @@ else
 fi
 NPROC=${NPROC:-$(( GPUS > 0 ? GPUS : 1 ))}
 
+recipe_0409=0; vocab=1024; params=27M  # the recipe's sample vocabulary, and the record model's size
+if [ "${RECIPE:-}" = 2026-04-09 ]; then recipe_0409=1; vocab=8192; params=36M; fi
 if [ -z "${DATA_PATH:-}" ] && [ -z "${TOKENIZER_PATH:-}" ]; then
-  if ! ls data/datasets/fineweb10B_sp1024/fineweb_val_*.bin >/dev/null 2>&1 \
-      || [ ! -f data/tokenizers/fineweb_1024_bpe.model ]; then
-    echo "+ $PYTHON data/build_shards.py   # no dataset configured: building the bundled sample"
-    "$PYTHON" data/build_shards.py
+  if ! ls "data/datasets/fineweb10B_sp$vocab"/fineweb_val_*.bin >/dev/null 2>&1 \
+      || [ ! -f "data/tokenizers/fineweb_${vocab}_bpe.model" ]; then
+    echo "+ $PYTHON data/build_shards.py --vocab-size $vocab   # no dataset configured: building the bundled sample"
+    "$PYTHON" data/build_shards.py --vocab-size "$vocab"
   fi
 fi
 
 # Short runs use a shorter EMA horizon: the record's 0.997 averages over ~330 steps, so after 150-200 steps
 # the averaged weights would still be half initialisation.
-case $preset in
-  tiny)  # ~1M parameters, a few minutes on 2 cores
+case $recipe_0409$preset in  # the 2026-04-09 presets scale the recipe's own model (loops, parallel residuals)
+  1tiny)  # ~2M parameters, half of them the 8192-token embedding; blocks 2-3 looped, parallel residuals from 4
+    preset_settings=(NUM_LAYERS=6 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=6 LOOP_START=2 LOOP_END=3
+                     PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
+                     VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
+                     TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
+  1short)
+    preset_settings=(MAX_WALLCLOCK_SECONDS=120 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25 EMA_DECAY=0.97) ;;
+  *tiny)  # ~1M parameters, a few minutes on 2 cores
     preset_settings=(NUM_LAYERS=4 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=2 VE_LAYERS=2,3 VE_DIM=32
                      BIGRAM_VOCAB_SIZE=512 BIGRAM_DIM=32 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
                      VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95) ;;
-  short)  # the record model for a short wallclock
+  *short)  # the record model for a short wallclock
     preset_settings=(MAX_WALLCLOCK_SECONDS=120 WARMDOWN_ITERS=60 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25
                      EMA_DECAY=0.97) ;;
-  record)
+  *record)
     preset_settings=() ;;
 esac
 settings=()
@@ -136,7 +149,7 @@ say() {  # to the terminal and the console log; a closed terminal (SIGHUP) must 
 }
 say "preset: $preset ($why)${kept[*]:+; kept from the environment: ${kept[*]}}"
 if [ "$GPUS" -eq 0 ] && [ "$preset" != tiny ]; then
-  say "run.sh: WARNING: PRESET=$preset trains the 27M-parameter record model on the CPU: it needs more memory" \
+  say "run.sh: WARNING: PRESET=$preset trains the $params-parameter record model on the CPU: it needs more memory" \
       "than a 24 GB machine has (killed by the kernel there) and hours per run; PRESET=tiny is the CPU preset"
 fi
 cmd=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" train_gpt.py)

@@ -50,21 +50,42 @@ except ImportError:
 
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
-                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_")
+                        "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
+                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
 ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
 KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
 BYTECOUNT_DEVICES = ("cpu", "cuda")
 TRAIN_LOADERS = ("sequential", "shuffled")
 SHUFFLE_SEEDS = ("rank", "rank_and_seed")
 QUANTIZERS = ("rowclip", "gptq")
-GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas")
+GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
 COMPRESSORS = ("brotli", "lzma")
+GRAD_CLIP_SCOPES = ("local", "reduced")
+MUON_DTYPES = ("bf16", "fp32")
+# RECIPE: a named table of defaults per record. The dataclass defaults ARE the 2026-03-23 record (SPEC.md); a
+# table lists what its record changes (SPEC_0409 §1, §4-§7 for 2026-04-09, with QK_GAIN_INIT and TTT as the
+# record ran them). A setting in the environment overrides its recipe's value.
+RECIPES = {
+    "2026-03-23": {},
+    "2026-04-09": dict(
+        data_path="./data/datasets/fineweb10B_sp8192", tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model",
+        vocab_size=8192, iterations=20000, warmdown_iters=0, warmdown_frac=0.72, min_lr=0.0,
+        gptq_reserve_seconds=12.0, mlp_mult=4.0, qk_gain_init=5.25, xsa_last_n=11, bigram_enabled=False,
+        smear_enabled=False, ve_enabled=False, num_loops=2, loop_start=3, loop_end=5, enable_looping_at=0.35,
+        parallel_residual_start=7, skip_gates_enabled=True, rope_train_seq_len=0, rope_bf16=True,
+        init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03, muon_wd=0.095, adam_wd=0.02,
+        embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced", ema_decay=0.9965,
+        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="brotli",
+        control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
+                                     "skip_weight,skip_weights,skip_gates"),
+}
 
 @dataclass(frozen=True)
 class Hyperparameters:
     """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env. Each field's
     trailing comment is its line in `train_gpt.py --help`; the comment lines above a group are its heading."""
     # Data and run identity
+    recipe: str = "2026-03-23"  # the table of defaults: 2026-03-23 or 2026-04-09; a setting set here overrides it
     data_path: str = "./data/datasets/fineweb10B_sp1024"  # shards fineweb_{train,val}_*.bin (+ manifest.json)
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"  # the SentencePiece model that made them
     allow_tokenizer_mismatch: bool = False  # 1: use a tokenizer that DATA_PATH's manifest.json does not name
@@ -72,9 +93,12 @@ class Hyperparameters:
     seed: int = 1337  # RNG seed of the model init (and of the shuffled loader with rank_and_seed)
     # Schedule and batch
     iterations: int = 9000  # training steps (fewer when the wallclock cap stops the run)
-    warmup_steps: int = 20  # compile warm-up steps, then model, optimizer and data are rewound
-    warmdown_iters: int = 3500  # LR decays linearly to 0 over the last N steps (their estimated time, with the cap)
+    warmup_steps: int = 20  # compile warm-up steps (and as many looped ones), then model, optimizer, data rewound
+    warmdown_iters: int = 3500  # LR decays linearly over the last N steps (their time, with the cap); 0: off
+    warmdown_frac: float = 0.0  # LR decays linearly over the last fraction of training (SPEC_0409 §5); 0: off
+    min_lr: float = 0.0  # floor of the LR multiplier once the warmdown has begun
     max_wallclock_seconds: float = 600.0  # training time cap; <= 0: no cap (warmdown by iterations)
+    gptq_reserve_seconds: float = 0.0  # training stops this much before the cap (time left for GPTQ)
     train_batch_tokens: int = 786432  # tokens per optimizer step, over all ranks and micro-steps
     train_seq_len: int = 2048  # training sequence length
     eval_seq_len: int = 2048  # final evals' window length; <= 0: same as train_seq_len
@@ -96,6 +120,17 @@ class Hyperparameters:
     qk_gain_init: float = 1.5  # initial per-head query gain
     xsa_last_n: int = 4  # exclusive self-attention (XSA) on the last N blocks
     ln_scale: bool = True  # scale block i's norm outputs by 1/sqrt(i + 1)
+    rope_train_seq_len: int = 1024  # longer sequences get an NTK-scaled RoPE base; <= 0: TRAIN_SEQ_LEN
+    rope_bf16: bool = False  # SPEC_0409 §0.7: tables from bf16 positions and bf16 theta up to that length
+    num_loops: int = 0  # depth recurrence: blocks LOOP_START..LOOP_END run 1 + NUM_LOOPS times once looping is on
+    loop_start: int = 3  # first looped block
+    loop_end: int = 5  # last looped block (inclusive)
+    enable_looping_at: float = 0.35  # looping switches on at this training fraction, and stays on
+    parallel_residual_start: int = -1  # blocks from this index on add attention and MLP of one input; < 0: none
+    skip_gates_enabled: bool = False  # U-Net skips as x = g x + (1 - g) w s with g = sigmoid(gate), not x + w s
+    init_linear_draws: bool = False  # SPEC_0409 §4: draw each block matrix's nn.Linear default init first
+    bigram_enabled: bool = True  # BigramHash embedding added to the token embedding
+    smear_enabled: bool = True  # SmearGate: mix each position with the previous one
     bigram_vocab_size: int = 1536  # BigramHash buckets
     bigram_dim: int = 128  # BigramHash embedding width
     ve_enabled: bool = True  # value embeddings on VE_LAYERS
@@ -111,12 +146,16 @@ class Hyperparameters:
     muon_momentum_warmup_start: float = 0.92  # Muon momentum at step 0
     muon_momentum_warmup_steps: int = 1500  # steps of the linear momentum warm-up
     muon_backend_steps: int = 5  # Newton-Schulz iterations per Muon step
+    muon_row_normalize: bool = False  # MuonEq-R: each row of the Nesterov update to unit norm before NS5
+    muon_dtype: str = "bf16"  # CUDA: dtype of Muon's reduced grads and momentum (bf16, fp32); CPU: fp32
     muon_wd: float = 0.04  # Muon decoupled weight decay
-    adam_wd: float = 0.04  # Adam decoupled weight decay
+    adam_wd: float = 0.04  # Adam decoupled weight decay of the scalars and small matrices
+    embed_wd: float = 0.04  # Adam decoupled weight decay of the embeddings
     beta1: float = 0.9  # Adam beta1
     beta2: float = 0.95  # Adam beta2
     adam_eps: float = 1e-8  # Adam epsilon
     grad_clip_norm: float = 0.3  # <= 0: no clipping
+    grad_clip_scope: str = "local"  # local: each rank's grads before the reduction (2026-03-23); reduced: after
     # Weight averaging and QAT (training side; applied at the end of the run)
     ema_enabled: bool = True  # evaluate and export the EMA of the weights
     ema_decay: float = 0.997  # EMA decay per step
@@ -137,6 +176,7 @@ class Hyperparameters:
     embed_bits: int = 8  # gptq: bits of tok_emb (and of an untied lm_head)
     matrix_clip_sigmas: float = 12.85  # gptq SDClip: a row's grid spans +-k * std(row)
     embed_clip_sigmas: float = 20.0  # gptq SDClip k of the embed category
+    gptq_calibration_batches: int = 64  # gptq: training micro-batches whose layer inputs give the Hessians
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True  # legal score-first test-time training after the sliding-window eval
     ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
@@ -167,8 +207,11 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, environ) -> "Hyperparameters":
-        """Parse every field from `environ`; collect all parse errors, then all cross-field errors."""
-        values, errors = {}, []
+        """RECIPE's table, then every field set in `environ`; collect all parse errors, then all cross-field errors."""
+        recipe = environ.get("RECIPE", cls.recipe)
+        if recipe not in RECIPES:
+            raise ConfigError(["RECIPE=%r: expected one of %s" % (recipe, ", ".join(RECIPES))])
+        values, errors = dict(RECIPES[recipe]), []
         for f in fields(cls):
             env_name = f.name.upper()
             if env_name in environ:
@@ -188,7 +231,7 @@ class Hyperparameters:
         heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
         head_dim, divisible = self.model_dim // heads, self.model_dim % heads == 0
         stride_max = min(length, self.train_seq_len) if self.ttt_enabled else length
-        defaults = {f.name: f.default for f in fields(self)}
+        defaults = dict({f.name: f.default for f in fields(self)}, **RECIPES.get(self.recipe, {}))
         gptq_set = [name.upper() for name in GPTQ_FIELDS if getattr(self, name) != defaults[name]]
         try:
             layers = self.ve_layer_indices
@@ -231,8 +274,19 @@ class Hyperparameters:
              "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
             (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
              "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
-            (self.quantizer == "gptq", "QUANTIZER=gptq needs input Hessians from calibration batches, which training "
-             "does not collect yet (issue 22)"),
+            (self.warmdown_iters > 0 and self.warmdown_frac > 0, "WARMDOWN_ITERS=%d and WARMDOWN_FRAC=%s: set one "
+             "of them (the other to 0)" % (self.warmdown_iters, self.warmdown_frac)),
+            (not 0.0 <= self.warmdown_frac <= 1.0, "WARMDOWN_FRAC=%s must be in [0, 1]" % self.warmdown_frac),
+            (not 0.0 <= self.min_lr <= 1.0, "MIN_LR=%s must be in [0, 1] (a floor of the LR multiplier)" % self.min_lr),
+            (self.gptq_reserve_seconds < 0 or 0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
+             "GPTQ_RESERVE_SECONDS=%s must be >= 0 and below MAX_WALLCLOCK_SECONDS=%s"
+             % (self.gptq_reserve_seconds, self.max_wallclock_seconds)),
+            (self.num_loops < 0, "NUM_LOOPS=%d must be >= 0" % self.num_loops),
+            (self.num_loops > 0 and not 0 <= self.loop_start <= self.loop_end < self.num_layers, "LOOP_START=%d and "
+             "LOOP_END=%d must satisfy 0 <= LOOP_START <= LOOP_END < NUM_LAYERS=%d"
+             % (self.loop_start, self.loop_end, self.num_layers)),
+            (not 0.0 <= self.enable_looping_at <= 1.0,
+             "ENABLE_LOOPING_AT=%s must be in [0, 1]" % self.enable_looping_at),
             (self.quantizer != "gptq" and bool(gptq_set), "%s apply to QUANTIZER=gptq only, not %s"
              % (", ".join(gptq_set), self.quantizer)),
             (self.compressor == "brotli" and brotli is None, "COMPRESSOR=brotli needs the brotli module, which this "
@@ -240,7 +294,7 @@ class Hyperparameters:
         errors = [message for failed, message in rows if failed]
         choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
                    ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS), ("quantizer", QUANTIZERS),
-                   ("compressor", COMPRESSORS))
+                   ("grad_clip_scope", GRAD_CLIP_SCOPES), ("muon_dtype", MUON_DTYPES), ("compressor", COMPRESSORS))
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in choices if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
@@ -248,7 +302,7 @@ class Hyperparameters:
             "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
         errors += ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
             "train_prefetch_queue", "val_prefetch_queue", "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs",
-            "ttt_epochs") if getattr(self, name) < 1]
+            "ttt_epochs", "gptq_calibration_batches") if getattr(self, name) < 1]
         errors += ["%s=%d must be in [2, 8] (q is stored as int8)" % (name.upper(), getattr(self, name))
                    for name in ("matrix_bits", "embed_bits") if not 2 <= getattr(self, name) <= 8]
         errors += ["%s=%s must be > 0" % (name.upper(), getattr(self, name))
@@ -290,8 +344,15 @@ class Hyperparameters:
         return os.path.join(self.data_path, "fineweb_val_*.bin")
 
     @property
-    def max_wallclock_ms(self) -> Optional[float]:
-        return 1000.0 * self.max_wallclock_seconds if self.max_wallclock_seconds > 0 else None
+    def train_budget_ms(self) -> Optional[float]:
+        """Training time: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap."""
+        if self.max_wallclock_seconds <= 0:
+            return None
+        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds)
+
+    @property
+    def effective_rope_train_seq_len(self) -> int:
+        return self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len
 
 class RunFailure(Exception):
     """A failure the trainer can name: main() prints `error: <message>` as the failing rank's last line (no
@@ -357,12 +418,15 @@ def settings_help() -> str:
             comments.setdefault(name, token.string.lstrip("# "))
     lines = ["usage: torchrun --standalone --nproc_per_node=8 train_gpt.py  (one process: python train_gpt.py)",
              "Settings are environment variables (NUM_LAYERS=9 torchrun ...); the defaults are the 2026-03-23 "
-             "record's run.", "Booleans take 0/1/true/false. Outputs: logs/<RUN_ID>.txt and logs/<RUN_ID>/."]
+             "record's run; [2026-04-09: ...] is RECIPE=2026-04-09's value where it differs.",
+             "Booleans take 0/1/true/false. Outputs: logs/<RUN_ID>.txt and logs/<RUN_ID>/."]
     for f in fields(Hyperparameters):
         if headings.get(f.name):
             lines += ["", headings[f.name] + ":"]
-        lines.append("  %-28s %-5s %s [default: %s]" % (f.name.upper(), f.type.__name__, comments.get(f.name, ""),
-                                                          f.default if f.default != "" else '""'))
+        recipes = "".join(" [%s: %s]" % (recipe, table[f.name]) for recipe, table in RECIPES.items()
+                          if table.get(f.name, f.default) != f.default)
+        lines.append("  %-28s %-5s %s [default: %s]%s" % (f.name.upper(), f.type.__name__, comments.get(f.name, ""),
+                                                            f.default if f.default != "" else '""', recipes))
     return "\n".join(lines)
 
 
@@ -875,14 +939,23 @@ def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBat
 
 
 # ==== 4. MODEL (PyTorch; section 5 swaps in fused Triton ops for the marked parts) ====
-# RoPE "train length" of the record, hard-coded there (SPEC §4): sequences longer than this get an NTK-scaled base.
-ROPE_TRAIN_SEQ_LEN = 1024
 LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
+def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
+    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4). Looped, blocks LOOP_START..LOOP_END run
+    1 + NUM_LOOPS times in a row; either layout's first half (rounded down) is the encoder."""
+    plain, looped = list(range(h.num_layers)), list(range(h.num_layers))
+    if h.num_loops > 0:
+        segment = list(range(h.loop_start, h.loop_end + 1))
+        looped = plain[:h.loop_start] + segment * (h.num_loops + 1) + plain[h.loop_end + 1:]
+    return {looping: (order[:len(order) // 2], order[len(order) // 2:])
+            for looping, order in ((False, plain), (True, looped))}
+
 class GPT(nn.Module):
     """U-Net GPT whose attention/MLP matrices live in four banks (one Muon update each): qo_bank (2n, d, d) = [W_q
-    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F)."""
+    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F).
+    Decoder position j adds the j-th latest encoder output through skip row j (rows sized for the looped layout)."""
 
     def __init__(self, h: Hyperparameters):
         super().__init__()
@@ -891,11 +964,14 @@ class GPT(nn.Module):
         hidden = int(h.mlp_mult * dim)
         self.num_layers, self.logit_softcap = n, h.logit_softcap
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
+        self.rope_args = (h.effective_rope_train_seq_len, h.rope_bf16)
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
-        self.bigram = BigramHash(h)
-        self.smear = SmearGate(dim)
-        self.num_encoder_layers = n // 2
-        self.skip_weights = nn.Parameter(torch.ones(min(self.num_encoder_layers, n - self.num_encoder_layers), dim))
+        self.bigram = BigramHash(h) if h.bigram_enabled else None
+        self.smear = SmearGate(dim) if h.smear_enabled else None
+        self.layer_orders, self.looping = layer_orders(h), False  # looping: set by training, on for the final evals
+        skip_rows = min(len(part) for part in self.layer_orders[True])
+        self.skip_weights = nn.Parameter(torch.ones(skip_rows, dim))
+        self.skip_gates = nn.Parameter(torch.zeros(skip_rows, dim)) if h.skip_gates_enabled else None
         self.qo_bank = nn.Parameter(torch.empty(2 * n, dim, dim))
         self.kv_bank = nn.Parameter(torch.empty(2 * n, kv_dim, dim))
         self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
@@ -912,8 +988,13 @@ class GPT(nn.Module):
         """SPEC §4's draw order, so a seed gives the record's weights: after the constructors' draws, tok_emb, the
         banks layer by layer, then the projections."""
         n = self.num_layers
+        if h.init_linear_draws:  # the 04-09 record's per-matrix nn.Linear modules drew their default init first
+            for i in range(n):
+                for weight in self.layer_weights(i):
+                    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
         nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
-        nn.init.zeros_(self.bigram.embed.weight)
+        if self.bigram is not None:
+            nn.init.zeros_(self.bigram.embed.weight)
         for i in range(n):
             nn.init.orthogonal_(self.qo_bank[i])
             nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
@@ -934,23 +1015,36 @@ class GPT(nn.Module):
     def forward_logits(self, ids: Tensor) -> Tensor:
         return self.logits_from_hidden(self.forward_hidden(ids))
 
-    def forward_hidden(self, ids: Tensor) -> Tensor:
-        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm."""
-        x = rms_norm(self.tok_emb(ids) + self.bigram(ids))
-        x = x0 = self.smear(x)
-        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype)
+    def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None) -> Tensor:
+        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm; a collector (GPTQ
+        calibration only) gets the input of every block matrix."""
+        x = self.tok_emb(ids) if self.bigram is None else self.tok_emb(ids) + self.bigram(ids)
+        x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
+        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
+                             *self.rope_args)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
+        encoder, decoder = self.layer_orders[self.looping]
         skips = []
-        for i, block in enumerate(self.blocks):
-            if i >= self.num_encoder_layers and skips:
-                x = x + self.skip_weights[i - self.num_encoder_layers].to(x.dtype) * skips.pop()
-            ve = None
-            if i in self.ve_layers:
-                ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
-            x = block(x, x0, self.layer_weights(i), rope, ve)
-            if i < self.num_encoder_layers:
-                skips.append(x)
+        for i in encoder:
+            x = self.run_block(i, x, x0, rope, value_embed, collector)
+            skips.append(x)
+        for j, i in enumerate(decoder):
+            if j < self.skip_weights.size(0) and skips:
+                skip = self.skip_weights[j].to(x.dtype) * skips.pop()
+                if self.skip_gates is None:
+                    x = x + skip
+                else:
+                    gate = torch.sigmoid(self.skip_gates[j].to(x.dtype))
+                    x = gate * x + (1 - gate) * skip
+            x = self.run_block(i, x, x0, rope, value_embed, collector)
         return x
+
+    def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
+                  collector: Optional["HessianCollector"]) -> Tensor:
+        ve = None
+        if i in self.ve_layers:
+            ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+        return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
 
     def logits_from_hidden(self, hidden: Tensor) -> Tensor:
         """(..., d) -> fp32 soft-capped logits (..., V)."""
@@ -995,31 +1089,41 @@ class Block(nn.Module):
     def __init__(self, h: Hyperparameters, layer_index: int):
         super().__init__()
         dim = h.model_dim
-        self.attn = CausalSelfAttention(h, use_xsa=layer_index >= h.num_layers - h.xsa_last_n)
+        self.name = "blocks.%d." % layer_index
+        self.attn = CausalSelfAttention(h, layer_index >= h.num_layers - h.xsa_last_n, self.name + "attn.")
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
         self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+        self.parallel = 0 <= h.parallel_residual_start <= layer_index  # SPEC_0409 §4: one input to both branches
         self.mlp_op: Optional[Callable] = None  # the fused MLP op when MLP_KERNEL selects Triton
 
-    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed) -> Tensor:
-        """x + attn_scale * attn(...), then + mlp_scale * mlp(...), each per-channel scale folded into the rows of
-        the output projection's weight (scale * (a W^T) = a (scale * W)^T): the backward then needs neither
-        scale * gradient nor the saved branch output."""
+    def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
+                collector: Optional["HessianCollector"] = None) -> Tensor:
+        """x + attn_scale * attn(...), then + mlp_scale * mlp(...) of the new x (parallel: of the attention's own
+        input), each per-channel scale folded into the rows of the output projection's weight (scale * (a W^T) =
+        a (scale * W)^T): the backward then needs neither scale * gradient nor the saved branch output."""
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
+        attn_in = rms_norm(x) * self.norm_factor
         w_o = self.attn_scale[:, None] * w_o
-        x = x + self.attn(rms_norm(x) * self.norm_factor, w_q, w_k, w_v, w_o, rope, value_embed)
-        mlp = self.mlp_op or leaky_relu_sq_mlp
-        w_down = self.mlp_scale[:, None] * w_down
-        return x + mlp(rms_norm(x) * self.norm_factor, w_up.to(x.dtype), w_down.to(x.dtype))
+        x = x + self.attn(attn_in, w_q, w_k, w_v, w_o, rope, value_embed, collector)
+        mlp_in = attn_in if self.parallel else rms_norm(x) * self.norm_factor
+        w_up, w_down = w_up.to(x.dtype), (self.mlp_scale[:, None] * w_down).to(x.dtype)
+        if collector is None:
+            return x + (self.mlp_op or leaky_relu_sq_mlp)(mlp_in, w_up, w_down)
+        act = mlp_activation(mlp_in, w_up)
+        collector.add(mlp_in, self.name + "mlp.fc.weight")
+        collector.add(act, self.name + "mlp.proj.weight")
+        return x + F.linear(act, w_down)
 
 class CausalSelfAttention(nn.Module):
     """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
 
-    def __init__(self, h: Hyperparameters, use_xsa: bool):
+    def __init__(self, h: Hyperparameters, use_xsa: bool, name: str):
         super().__init__()
+        self.name = name  # its matrices' names in the unbanked state dict: name + "c_q.weight", ...
         self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
         self.head_dim = h.model_dim // h.num_heads
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
@@ -1029,9 +1133,12 @@ class CausalSelfAttention(nn.Module):
         self.xsa_op: Optional[Callable] = None  # the fused XSA op, likewise
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
-                value_embed: Optional[Tensor]) -> Tensor:
+                value_embed: Optional[Tensor], collector: Optional["HessianCollector"] = None) -> Tensor:
+        """A collector gets the input of c_q/c_k/c_v and of proj, computed by the PyTorch forms."""
         batch, seq_len, _ = x.shape
-        if self.qkv_op is not None:
+        if collector is not None:
+            collector.add(x, *(self.name + part for part in ("c_q.weight", "c_k.weight", "c_v.weight")))
+        if self.qkv_op is not None and collector is None:
             # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
             # which takes GQA natively)
             repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
@@ -1051,8 +1158,12 @@ class CausalSelfAttention(nn.Module):
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
             y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
         if self.use_xsa:  # v has the KV heads here (group H / Hkv)
-            y = (self.xsa_op or exclusive_self_attention)(y, v)
-        return F.linear(y.reshape(batch, seq_len, -1), w_o.to(x.dtype))
+            xsa = self.xsa_op if self.xsa_op is not None and collector is None else exclusive_self_attention
+            y = xsa(y, v)
+        y = y.reshape(batch, seq_len, -1)
+        if collector is not None:
+            collector.add(y, self.name + "proj.weight")
+        return F.linear(y, w_o.to(x.dtype))
 
 class BigramHash(nn.Module):
     """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
@@ -1122,14 +1233,17 @@ def fake_quantize_int6_rows(weight: Tensor) -> Tensor:
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
-def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype) -> Tuple[Tensor, ...]:
-    """cos_full, sin_full (T, head_dim) and the pair-swap index; fp32 angles (NTK-rescaled past
-    ROPE_TRAIN_SEQ_LEN, SPEC §4) cast to `dtype`."""
-    if seq_len > ROPE_TRAIN_SEQ_LEN:
-        base = base * (seq_len / ROPE_TRAIN_SEQ_LEN) ** (rope_dims / (rope_dims - 2))
-    half = rope_dims // 2
+def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype, train_seq_len: int = 1024,
+                  bf16: bool = False) -> Tuple[Tensor, ...]:
+    """cos_full, sin_full (T, head_dim) and the pair-swap index, cast to `dtype`. Past the RoPE train length
+    (2026-03-23: 1024, SPEC §4) the base is NTK-rescaled; the angles are fp32, or, with `bf16` and T up to that
+    length, the 2026-04-09 record's (SPEC_0409 §0.7): bf16 positions times bf16 theta, cos and sin in bf16."""
+    if seq_len > train_seq_len:
+        base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
+    half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
     inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    positions = torch.arange(seq_len, device=device, dtype=angle_dtype)
+    angles = torch.outer(positions, inv_freq.to(angle_dtype))
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
     cos_full = torch.cat((cos, cos, ones), dim=1)
@@ -1204,9 +1318,13 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
     return (y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit).view(batch, seq_len, heads, head_dim)
 
+def mlp_activation(x: Tensor, w_up: Tensor) -> Tensor:
+    """leaky_relu(x W_up^T, 0.5)^2: the MLP's hidden layer, the down-projection's input."""
+    return F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square()
+
 def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     """leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
-    return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
+    return F.linear(mlp_activation(x, w_up), w_down)
 
 
 # ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
@@ -1626,13 +1744,16 @@ def fused_mlp_op() -> Callable:
 
 def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
     """The one start-up choice: {"attention"|"qk"|"mlp": (choice, reason)} for ATTN_BACKEND, QK_KERNEL, MLP_KERNEL.
-    A candidate is used only if its probe (forward + backward) passes; a forced one that cannot run is an error."""
+    A candidate is used only if its probe (forward + backward at the model's head counts, GQA repeat and MLP
+    width) passes; a forced one that cannot run is an error."""
     head_dim, device = h.model_dim // h.num_heads, dist_info.device
-    return {"attention": select_attention_backend(h, dist_info),
-            "qk": select_kernel("QK_KERNEL", h.qk_kernel, lambda: _probe_qk_kernel(head_dim, h.rope_dims, device),
-                                dist_info),
-            "mlp": select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(h.model_dim, device),
-                                 dist_info)}
+    attention = select_attention_backend(h, dist_info)
+    repeat = 1 if attention[0] == "fa3" else h.num_heads // h.num_kv_heads  # as CausalSelfAttention calls the op
+    return {"attention": attention,
+            "qk": select_kernel("QK_KERNEL", h.qk_kernel, lambda: _probe_qk_kernel(
+                head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat), dist_info),
+            "mlp": select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(
+                h.model_dim, device, int(h.mlp_mult * h.model_dim)), dist_info)}
 
 def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch") -> None:
     """Sets the attention backend and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
@@ -1699,32 +1820,37 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
             raise ConfigError(["%s=triton cannot run here: %s" % (env_name, message)]) from exc
         return "torch", "auto; triton unavailable (%s)" % message
 
-def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device) -> None:
-    """The fused q/k/v op vs qkv_heads() on a small GQA-shaped input with a value embedding (all four outputs and
-    the gradients of qkv, value_embed and gain, fp32), then the fused XSA op vs exclusive_self_attention()."""
+def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int = 2, kv_heads: int = 1,
+                     repeat: int = 2) -> None:
+    """The fused q/k/v op vs qkv_heads() on 2 x 16 tokens of the given head counts and GQA repeat, with a value
+    embedding and the unrepeated v (all four outputs and the gradients of qkv, value_embed and gain, fp32), then
+    the fused XSA op vs exclusive_self_attention() at those head counts."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
     generator = torch.Generator().manual_seed(0)
 
     def make(*shape):
         return torch.randn(*shape, generator=generator).to(device).requires_grad_()
-    qkv, value_embed = make(2, 16, 4 * head_dim), make(2, 16, head_dim)
-    gain = torch.rand(2, generator=generator).add(0.5).to(device).requires_grad_()
-    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device) for heads in (2, 2, 2, 1)]
+    qkv, value_embed = make(2, 16, (num_heads + 2 * kv_heads) * head_dim), make(2, 16, kv_heads * head_dim)
+    gain = torch.rand(num_heads, generator=generator).add(0.5).to(device).requires_grad_()
+    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device)
+             for heads in (num_heads, kv_heads * repeat, kv_heads * repeat, kv_heads)]
     cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
+    args = (gain, num_heads, rope_dims, repeat, True)
     _require_close("fused q/k/v op", ("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"),
-                   lambda: fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, gain, 2, rope_dims, 2, True),
-                   lambda: qkv_heads(qkv, value_embed, cos_full, sin_full, swap, gain, 2, rope_dims, 2, True),
+                   lambda: fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, *args),
+                   lambda: qkv_heads(qkv, value_embed, cos_full, sin_full, swap, *args),
                    (qkv, value_embed, gain), grads, 1e-4, 1.0)
-    y, v = make(2, 16, 4, head_dim), make(2, 16, 2, head_dim)  # XSA, two heads per value head
+    y, v = make(2, 16, num_heads, head_dim), make(2, 16, kv_heads, head_dim)
     _require_close("fused XSA op", ("forward", "dy", "dv"), lambda: fused_xsa_op()(y, v),
-                   lambda: exclusive_self_attention(y, v), (y, v), grads[0].repeat(1, 1, 2, 1), 1e-4, 1.0)
+                   lambda: exclusive_self_attention(y, v), (y, v), grads[0], 1e-4, 1.0)
 
-def _probe_mlp_kernel(model_dim: int, device: torch.device) -> None:
-    """The fused MLP op vs leaky_relu_sq_mlp() in bf16 on a ragged row count (masked edge tiles), forward and all
-    three gradients; the tolerance covers bf16 rounding of the hidden layer, not a wrong activation or transpose."""
+def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int = 0) -> None:
+    """The fused MLP op vs leaky_relu_sq_mlp() in bf16 on a ragged row count (masked edge tiles), at the model's
+    widths (hidden_dim 0: 3 x model_dim), forward and all three gradients; the tolerance covers bf16 rounding of the
+    hidden layer, not a wrong activation or transpose."""
     generator = torch.Generator().manual_seed(0)
-    hidden_dim = 3 * model_dim
+    hidden_dim = hidden_dim or 3 * model_dim
 
     def make(*shape, scale=1.0):
         return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
@@ -1768,14 +1894,19 @@ class ParallelMuon(torch.optim.Optimizer):
     """Muon on the banks with the record's communication overlap (SPEC §5), no DDP. launch_reduce_scatter(): each
     bank's grad into a zero-padded buffer (rows a multiple of the world size), async reduce-scatter (AVG), largest
     bank first; meanwhile the caller all-reduces the small grads and steps Adam. step(), per bank: wait for its shard,
-    Nesterov momentum and NS5 on this rank's rows, async all-gather of the update, and apply the previous bank's
-    update while this one is in flight. Momentum lives in the shard; banks stay bit-identical across ranks."""
+    Nesterov momentum, MuonEq-R's row normalisation if on, NS5 on this rank's rows, async all-gather of the update,
+    and apply the previous bank's update while this one is in flight. Momentum lives in the shard; banks stay
+    bit-identical across ranks. This is the 04-09 record's per-matrix Muon (SPEC_0409 §5: every matrix's update is
+    computed once, by its owner, from the averaged gradient, and reaches every rank): each bank row is one matrix,
+    NS5, its norm and the row normalisation act per matrix, so only which rank owns a matrix differs."""
 
     def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
-                 weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype):
+                 weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype, row_normalize: bool = False,
+                 update_dtype: Optional[torch.dtype] = None):
         ordered = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
         super().__init__(ordered, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
         self.dist_info, self.backend_steps, self.work_dtype = dist_info, backend_steps, work_dtype
+        self.row_normalize, self.update_dtype = row_normalize, update_dtype or work_dtype
         self.banks = ordered
         self._buffers: Dict[int, Dict[str, Tensor]] = {}
         self._reduce_handles: List = []
@@ -1789,7 +1920,7 @@ class ParallelMuon(torch.optim.Optimizer):
             padded = torch.zeros(shape, dtype=self.work_dtype, device=bank.device)
             if self.dist_info.distributed:
                 shard = torch.empty((padded_rows // world,) + shape[1:], dtype=self.work_dtype, device=bank.device)
-                gathered = torch.empty_like(padded)
+                gathered = torch.empty_like(padded, dtype=self.update_dtype)
             else:
                 shard, gathered = padded, None
             buffers = self._buffers[id(bank)] = {"padded": padded, "shard": shard, "gathered": gathered}
@@ -1807,6 +1938,14 @@ class ParallelMuon(torch.optim.Optimizer):
                                                     async_op=True)
             self._reduce_handles.append(handle)
 
+    def reduced_shards(self) -> List[Tensor]:
+        """This rank's rows of every bank's averaged gradient, once the reduce-scatters are done (clipping)."""
+        for handle in self._reduce_handles:
+            if handle is not None:
+                handle.wait()
+        self._reduce_handles = [None] * len(self._reduce_handles)
+        return [self._buffers[id(bank)]["shard"] for bank in self.banks]
+
     @torch.no_grad()
     def step(self, closure=None) -> None:
         if len(self._reduce_handles) != len(self.banks):
@@ -1823,7 +1962,11 @@ class ParallelMuon(torch.optim.Optimizer):
                 state["momentum"] = torch.zeros_like(shard)
             momentum = state["momentum"]
             momentum.mul_(group["momentum"]).add_(shard)
-            update = newton_schulz5(shard.add(momentum, alpha=group["momentum"]), self.backend_steps)
+            nesterov = shard.add(momentum, alpha=group["momentum"])
+            if self.row_normalize:  # MuonEq-R (SPEC_0409 §5): in fp32, after Nesterov, before NS5
+                nesterov = nesterov.float()
+                nesterov = nesterov / nesterov.norm(dim=-1, keepdim=True).clamp_min(1e-7)
+            update = newton_schulz5(nesterov.to(self.update_dtype), self.backend_steps)
             gather_handle = None
             if self.dist_info.distributed:
                 gather_handle = dist.all_gather_into_tensor(buffers["gathered"], update, async_op=True)
@@ -1850,7 +1993,7 @@ class Optimizers:
     def __init__(self, h: Hyperparameters, model: GPT, dist_info: DistInfo):
         self.dist_info = dist_info
         banks = [model.qo_bank, model.kv_bank, model.mlp_up_bank, model.mlp_down_bank]
-        embeddings = [model.tok_emb.weight, model.bigram.embed.weight]
+        embeddings = [model.tok_emb.weight] + ([model.bigram.embed.weight] if model.bigram is not None else [])
         if model.ve_shared is not None:
             embeddings.append(model.ve_shared.embed.weight)
         head = [model.lm_head.weight] if model.lm_head is not None else []
@@ -1860,15 +2003,19 @@ class Optimizers:
         adam_args = dict(betas=(h.beta1, h.beta2), eps=h.adam_eps, fused=dist_info.is_cuda)
         self.adams = [
             torch.optim.AdamW([dict(params=[p], lr=token_lr, base_lr=token_lr) for p in embeddings],
-                              weight_decay=h.adam_wd, **adam_args),
+                              weight_decay=h.embed_wd, **adam_args),
             torch.optim.AdamW([dict(params=scalars, lr=h.scalar_lr, base_lr=h.scalar_lr)],
                               weight_decay=h.adam_wd, **adam_args),
         ]
         if head:
             self.adams.append(torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args))
+        # bf16 (2026-03-23): reduce-scatter, momentum and update in bf16; fp32 (2026-04-09: DDP's fp32 grads):
+        # reduce-scatter and momentum in fp32, NS5 and the gathered update in bf16 as there. CPU: fp32 throughout.
+        work_dtype = torch.float32 if h.muon_dtype == "fp32" or not dist_info.is_cuda else torch.bfloat16
         self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
-                                 torch.bfloat16 if dist_info.is_cuda else torch.float32)
+                                 work_dtype, h.muon_row_normalize, torch.bfloat16 if dist_info.is_cuda else None)
         self.replicated_params = embeddings + scalars + head
+        self.clip_norm = h.grad_clip_norm if h.grad_clip_scope == "reduced" else 0.0
         self.all = [self.muon] + self.adams
 
     def set_schedule(self, lr_scale: float, muon_momentum: float) -> None:
@@ -1881,23 +2028,46 @@ class Optimizers:
         self.muon.launch_reduce_scatter()
         for param in self.replicated_params:  # blocking AVG all-reduce per tensor, overlapping the reduce-scatters
             all_reduce_(param.grad, self.dist_info, "avg")
+        if self.clip_norm > 0:
+            self.clip_reduced_grads()
         for adam in self.adams:
             adam.step()
         self.muon.step()
+
+    @torch.no_grad()
+    def clip_reduced_grads(self) -> None:
+        """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads, as the 04-09 record after DDP. The banks'
+        averaged grads are split over the ranks (disjoint rows, pad rows zero): their squared norms are summed over
+        ranks, the replicated grads' (the same on every rank) added once."""
+        shards, grads = self.muon.reduced_shards(), [param.grad for param in self.replicated_params]
+        banked = all_reduce_(torch.stack(torch._foreach_norm(shards)).float().square().sum(), self.dist_info, "sum")
+        total = (banked + torch.stack(torch._foreach_norm(grads)).float().square().sum()).sqrt()
+        coefficient = (self.clip_norm / (total + 1e-6)).clamp_max(1.0)  # as clip_grad_norm_
+        torch._foreach_mul_(shards + grads, coefficient)
 
     def zero_grad(self) -> None:
         for optimizer in self.all:
             optimizer.zero_grad(set_to_none=True)
 
+def training_fraction(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
+    """Share of training done: of the time budget when capped (SPEC_0409 §5), else of ITERATIONS."""
+    return elapsed_ms / h.train_budget_ms if h.train_budget_ms is not None else step / max(h.iterations, 1)
+
 def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
-    """Warmdown multiplier: by wallclock when capped (the last WARMDOWN_ITERS average steps), else by step."""
+    """Warmdown multiplier, at least MIN_LR once the warmdown has begun. WARMDOWN_FRAC: linear to 0 over the last
+    fraction of training; WARMDOWN_ITERS: over the last that many steps (when capped: average steps of time)."""
+    if h.warmdown_frac > 0:
+        frac = training_fraction(h, step, elapsed_ms)
+        return 1.0 if frac < 1.0 - h.warmdown_frac else max((1.0 - frac) / h.warmdown_frac, h.min_lr)
     if h.warmdown_iters <= 0:
         return 1.0
-    if h.max_wallclock_ms is None:
-        return 1.0 if step < h.iterations - h.warmdown_iters else max((h.iterations - step) / h.warmdown_iters, 0.0)
+    if h.train_budget_ms is None:
+        if step < h.iterations - h.warmdown_iters:
+            return 1.0
+        return max((h.iterations - step) / h.warmdown_iters, h.min_lr)
     warmdown_ms = h.warmdown_iters * (elapsed_ms / max(step, 1))
-    remaining_ms = max(h.max_wallclock_ms - elapsed_ms, 0.0)
-    return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+    remaining_ms = max(h.train_budget_ms - elapsed_ms, 0.0)
+    return max(remaining_ms / max(warmdown_ms, 1e-9), h.min_lr) if remaining_ms <= warmdown_ms else 1.0
 
 def muon_momentum_at(h: Hyperparameters, step: int) -> float:
     frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
@@ -2496,17 +2666,58 @@ def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: in
     return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
             "total_bytes": total_bytes}
 
-def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str) -> dict:
-    """Rank 0 writes final_model.pt and the int6 artifact into output_dir; after a barrier every rank accounts the
-    bytes from the file sizes, so a strict-limit failure raises on all ranks alike."""
+class HessianCollector:
+    """Sums X^T X (fp32) of the inputs of the matrices GPTQ quantizes, by their unbanked names; a looped block adds
+    one term per pass (SPEC_0409 §7.2)."""
+
+    def __init__(self):
+        self.sums: Dict[str, Tensor] = {}
+
+    def add(self, x: Tensor, *names: str) -> None:
+        rows = x.detach().reshape(-1, x.size(-1)).float()
+        gram = rows.T @ rows
+        for name in names:
+            self.sums[name] = self.sums[name] + gram if name in self.sums else gram.clone()
+
+@torch.no_grad()
+def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, Tensor]:
+    """SPEC_0409 §7.2 on this rank's data: the first GPTQ_CALIBRATION_BATCHES micro-batches of a fresh training
+    loader through the eager model (looping as set, eval mode, no autocast), H = sum of X^T X / batches, in full
+    fp32. The output head's input is the final norm's output; an embedding is a lookup, not a product: it gets
+    the identity (round to nearest on its grid) where it is no head (bigram, value embeddings, untied tok_emb)."""
+    logger.log("GPTQ:collecting Hessians from calibration data...")
+    started, collector, was_training = time.perf_counter(), HessianCollector(), model.training
+    model.eval()
+    loader = make_loader()
+    try:
+        with fp32_matmul():
+            for _ in range(h.gptq_calibration_batches):
+                hidden = model.forward_hidden(loader.next_batch()[0], collector)
+                collector.add(rms_norm(hidden), "tok_emb.weight" if model.lm_head is None else "lm_head.weight")
+    finally:
+        loader.close()
+        model.train(was_training)
+    hessians = {name: total / h.gptq_calibration_batches for name, total in collector.sums.items()}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and name + ".weight" not in hessians:
+            hessians[name + ".weight"] = torch.eye(module.embedding_dim, device=module.weight.device)
+    logger.log("GPTQ:collected %d Hessians in %.1fs" % (len(collector.sums), time.perf_counter() - started))
+    return hessians
+
+def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str,
+                    make_loader: Optional[Callable] = None) -> dict:
+    """Rank 0 writes final_model.pt and the artifact into output_dir (QUANTIZER=gptq: from its own calibration
+    batches, nothing reduced, as the 04-09 record; SPEC_0409 §0.8); after a barrier every rank accounts the bytes
+    from the file sizes, so a strict-limit failure raises on all ranks alike."""
     raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
     artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
     if dist_info.is_main:
         os.makedirs(output_dir, exist_ok=True)
         state = model.state_dict()
         torch.save(state, raw_path)
+        hessians = collect_hessians(h, logger, model, make_loader) if h.quantizer == "gptq" else None
         started = time.perf_counter()
-        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h), h.compressor)
+        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h, hessians), h.compressor)
         with open(artifact_path, "wb") as handle:
             handle.write(blob)
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
@@ -2543,23 +2754,29 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
 
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
                       optimizers: Optimizers, make_loader) -> None:
-    """WARMUP_STEPS real steps (base LRs, final momentum, no clipping) so compiling happens off the clock, then
-    an exact restore of model and optimizers; the caller builds a fresh loader, restarting the stream (SPEC §3)."""
+    """WARMUP_STEPS real steps (base LRs, final momentum) so compiling happens off the clock, and as many looped
+    ones with NUM_LOOPS > 0 (the looped graph; SPEC_0409 §5), then an exact restore of model and optimizers; the
+    caller builds a fresh loader, restarting the stream (SPEC §3)."""
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers.all]
     loader = make_loader()
     try:
-        for k in range(1, h.warmup_steps + 1):
-            optimizers.zero_grad()
-            run_micro_steps(dist_info, model, loader, lambda phase: None)
-            optimizers.set_schedule(1.0, h.muon_momentum)
-            optimizers.step()
-            if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
-                logger.log("warmup_step:%d/%d" % (k, h.warmup_steps))
+        for looping in (False, True) if h.num_loops > 0 else (False,):
+            base_model.looping, label = looping, "loop_warmup_step" if looping else "warmup_step"
+            if looping:
+                logger.log("loop_warmup:enabled encoder:%s decoder:%s" % base_model.layer_orders[True])
+            for k in range(1, h.warmup_steps + 1):
+                optimizers.zero_grad()
+                run_micro_steps(dist_info, model, loader, lambda phase: None)
+                optimizers.set_schedule(1.0, h.muon_momentum)
+                optimizers.step()
+                if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
+                    logger.log("%s:%d/%d" % (label, k, h.warmup_steps))
     finally:
         loader.close()
+    base_model.looping = False
     base_model.load_state_dict(model_state)
     for optimizer, state in zip(optimizers.all, optimizer_states):
         optimizer.load_state_dict(state)
@@ -2659,7 +2876,13 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                     logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d"
                                % (train_ms, step, h.iterations))
                 break
-            scale = lr_scale_at(h, step, train_ms + 1000.0 * (time.perf_counter() - t0))
+            elapsed_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            scale = lr_scale_at(h, step, elapsed_ms)
+            frac = training_fraction(h, step, elapsed_ms)
+            if h.num_loops > 0 and not base_model.looping and frac >= h.enable_looping_at:
+                base_model.looping = True  # for good: the later evals and the GPTQ calibration run looped
+                logger.log("layer_loop:enabled step:%d frac:%.3f encoder:%s decoder:%s"
+                           % ((step, frac) + base_model.layer_orders[True]))
             if not qat_on and h.late_qat_threshold > 0 and scale < h.late_qat_threshold:
                 qat_on = True
                 base_model.set_qat(True)
@@ -2668,7 +2891,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             optimizers.zero_grad()
             train_loss = run_micro_steps(dist_info, model, loader, telemetry.mark)
             optimizers.set_schedule(scale, muon_momentum_at(h, step))
-            if h.grad_clip_norm > 0:  # the record clips the local, not yet reduced grads; kept for fidelity
+            if h.grad_clip_norm > 0 and h.grad_clip_scope == "local":  # the 03-23 record's (reduced: in the step)
                 torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
             telemetry.mark("grad_clip")
             optimizers.step()
@@ -2685,7 +2908,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
                 telemetry.drain()
-            capped = h.max_wallclock_ms is not None and approx_ms >= h.max_wallclock_ms
+            capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
             reached = torch.tensor(float(capped), device=dist_info.device)
             if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
                 stop_after_step = step
@@ -2749,11 +2972,13 @@ def load_tokenizer(h: Hyperparameters, logger):
     return sp
 
 def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: ValidationData, code_bytes: int,
-                         make_model: Callable, output_dir: str) -> dict:
+                         make_model: Callable, output_dir: str, make_loader: Optional[Callable] = None) -> dict:
     """SPEC §9 lines 19-24: average, post-average eval, artifact + bytes, then evals of the reloaded artifact (round
-    trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one. All evals
-    share one compiled scoring forward (a new model instance of the same recipe reuses the compiled code)."""
+    trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one and
+    make_loader() a fresh training loader (GPTQ calibration). All evals share one compiled scoring forward (a new
+    model instance of the same recipe reuses the compiled code). With NUM_LOOPS > 0 every model here runs looped."""
     tokens = device_tokens(val, dist_info.device)
+    model.looping = h.num_loops > 0
 
     def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
         loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
@@ -2763,8 +2988,9 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     trained_forward = make_hidden_forward(h, dist_info, model)
     results["post_average"] = timed_eval(dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
                                          evaluate=lambda: plain(model, trained_forward, h.train_seq_len))
-    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir))
+    results.update(export_artifact(h, dist_info, logger, model, code_bytes, output_dir, make_loader))
     eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
+    eval_model.looping = model.looping
     eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
     eval_forward = make_hidden_forward(h, dist_info, eval_model)
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
@@ -2819,6 +3045,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     logger.log("train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
                % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds))
     logger.log("seed:%d" % h.seed)
+    if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
+        logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
     optimizers = Optimizers(h, base_model, dist_info)
 
     def make_loader() -> DeviceBatchFeed:
@@ -2831,7 +3059,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
     outputs = "log:" + logger.path
     if h.final_eval:
-        run_final_evaluation(h, dist_info, logger, base_model, averages, val, code_bytes, make_model, logger.output_dir)
+        run_final_evaluation(h, dist_info, logger, base_model, averages, val, code_bytes, make_model,
+                             logger.output_dir, make_loader)
         outputs += " model:%s artifact:%s" % tuple(os.path.join(logger.output_dir, name)
                                                    for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
     logger.log("outputs: " + outputs)

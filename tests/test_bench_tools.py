@@ -71,9 +71,11 @@ def test_kernel_families():
 FAKE_TRAINER = '''import os, sys, time
 steps = int(os.environ["ITERATIONS"])
 assert os.environ["MAX_WALLCLOCK_SECONDS"] == "0" and os.environ["VAL_LOSS_EVERY"] == "0"
-for step in range(10, steps + 1, 10):
-    print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (step, steps, 6 - step / 100,
-                                                                           step * 600, 600 + step / 10))
+for step in range(10, steps + 1, 10):  # 600 ms per step up to step 20, 900 after (looping on)
+    print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (
+        step, steps, 6 - step / 100, 600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
+    if step == 20:
+        print("layer_loop:enabled step:20 frac:0.667 encoder:[0, 1] decoder:[1, 2]")
 print("step:%d/%d val_loss:2.4000 val_bpb:1.4321 train_time:%dms step_avg:602.50ms" % (steps, steps, steps * 600))
 print("data_wait total_ms:12.0 per_step_ms:0.480")
 print("peak memory allocated: 20160 MiB", flush=True)
@@ -90,7 +92,8 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
     start = time.monotonic()
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "--script", str(script),
                            "--steps", "30", "--loss-at", "10", "30", "--out-dir", str(tmp_path / "logs"),
-                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216"],
+                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216",
+                           "--config", "recipe:RECIPE=2026-04-09", "--window", "10:20", "--window", "20:"],
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
@@ -99,13 +102,15 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
         parts = line.split()
         if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "done")
             rows[parts[1]] = parts
-    record, small = rows["record"], rows["small"]
+    record, small, recipe = rows["record"], rows["small"], rows["recipe"]
     assert record[2] == small[2] == "603.00"  # the last train step line's step_avg
     assert record[3] == "%.0f" % (786432 / 0.603) and small[3] == "%.0f" % (393216 / 0.603)
     assert record[4] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
     assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
-    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000"]
-    assert (tmp_path / "logs" / "fake_train__small.log").read_text().count("step:") == 4
+    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00"]
+    assert recipe[4] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
+    log_lines = (tmp_path / "logs" / "fake_train__small.log").read_text().splitlines()
+    assert sum(line.startswith("step:") for line in log_lines) == 4
 
 
 def test_model_variants_floors_remove_only_their_component():

@@ -334,7 +334,5 @@ def test_quantizer_settings_are_validated(tgpt):
         "MATRIX_BITS, EMBED_BITS, MATRIX_CLIP_SIGMAS, EMBED_CLIP_SIGMAS apply to QUANTIZER=gptq only, not awq"])
     with pytest.raises(tgpt.ConfigError, match="EMBED_BITS apply to QUANTIZER=gptq only, not rowclip"):
         tgpt.Hyperparameters.from_env({"EMBED_BITS": "7"})
-    with pytest.raises(tgpt.ConfigError) as info:
-        tgpt.Hyperparameters.from_env({"QUANTIZER": "gptq", "MATRIX_BITS": "5"})
-    assert info.value.errors == ["QUANTIZER=gptq needs input Hessians from calibration batches, which training "
-                                 "does not collect yet (issue 22)"]
+    h = tgpt.Hyperparameters.from_env({"QUANTIZER": "gptq", "MATRIX_BITS": "5"})  # training collects the Hessians
+    assert (h.quantizer, h.matrix_bits) == ("gptq", 5)

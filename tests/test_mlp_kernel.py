@@ -56,7 +56,7 @@ def test_launch_checks_name_the_problem(tgpt):
 
 def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
     results = run_under_triton_interpreter("mlp_kernel_interpreted.py")
-    assert len(results["op"]) == 3 and len(results["no_grad"]) == 3
+    assert len(results["op"]) == 4 and len(results["no_grad"]) == 4
     for case in results["op"]:  # fp32 in, full-precision dots: forward, dx, dw_up, dw_down all but equal
         assert case["shape"] == case["want_shape"] and max(case["relative"]) < 1e-5, case
     assert max(results["no_grad"]) < 1e-5
@@ -64,4 +64,7 @@ def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
     model = results["model"]
     assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6)
     assert model["grad_names"] and model["num_grads"] >= 30 and model["grad_max"]["mlp_up_bank"] > 0
+    assert model["max_grad_rel"] < 1e-4, model
+    model = results["model_0409"]  # RECIPE=2026-04-09, looped
+    assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6) and model["grad_max"]["skip_gates"] > 0
     assert model["max_grad_rel"] < 1e-4, model

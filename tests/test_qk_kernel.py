@@ -64,3 +64,7 @@ def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
     assert model["grad_names"] and model["num_grads"] >= 30 and model["grad_max"]["blocks.0.attn.q_gain"] > 0
     assert model["grad_max"]["ve_shared.embed.weight"] > 0
     assert model["max_grad_rel"] < 1e-4, model
+    assert results["probe_0409"] == "passed"
+    model = results["model_0409"]  # RECIPE=2026-04-09, looped
+    assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6) and model["grad_max"]["skip_gates"] > 0
+    assert model["max_grad_rel"] < 1e-4, model

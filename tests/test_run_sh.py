@@ -141,6 +141,26 @@ def test_cpu_preset_applies_with_data_paths_set_and_exported_settings_win(tmp_pa
     assert "MODEL_DIM=128 must be divisible by NUM_HEADS=3" in last_line(out.stdout)
 
 
+def test_recipe_0409_builds_its_8192_sample_and_gets_its_own_tiny_preset(tmp_path, run_id):
+    """RECIPE=2026-04-09 with no dataset named: run.sh builds the bundled sample with the recipe's 8192-token
+    vocabulary into the recipe's default paths, and the tiny preset is the recipe's scaled model (its settings on the
+    echoed command); NUM_HEADS=3 from the caller again stops the trainer at its config check."""
+    root = copy_repo(tmp_path)
+    (root / "data" / "sample").mkdir(parents=True)
+    for source in (REPO / "data").glob("*.py"):
+        shutil.copy(source, root / "data" / source.name)
+    (root / "data" / "sample" / "tiny.jsonl.xz").symlink_to(REPO / "data" / "sample" / "tiny.jsonl.xz")
+    out = run_sh(root, launcher_env(run_id, {"RECIPE": "2026-04-09", "NUM_HEADS": "3"}))
+    lines = out.stdout.splitlines()
+    assert any(line.endswith("data/build_shards.py --vocab-size 8192   # no dataset configured: building the "
+                             "bundled sample") for line in lines), out.stdout[-3000:]
+    assert (root / "data" / "tokenizers" / "fineweb_8192_bpe.model").is_file()
+    assert list((root / "data" / "datasets" / "fineweb10B_sp8192").glob("fineweb_train_*.bin"))
+    command = next(line for line in lines if line.startswith("+ RUN_ID="))
+    assert "LOOP_START=2 LOOP_END=3 PARALLEL_RESIDUAL_START=4" in command and "GPTQ_CALIBRATION_BATCHES=8" in command
+    assert out.returncode == 2 and "MODEL_DIM=128 must be divisible by NUM_HEADS=3" in last_line(out.stdout)
+
+
 def test_asking_for_the_record_preset_on_a_cpu_warns_and_adds_nothing(tmp_path, tiny_data, run_id):
     root = copy_repo(tmp_path)
     env = launcher_env(run_id, dict(PRESET="record", NUM_HEADS="3", DATA_PATH=tiny_data["env"]["DATA_PATH"],

@@ -186,7 +186,7 @@ def test_scales_folded_into_the_output_weights_are_the_spec_block(tgpt):
     written out here; attn_scale folded into W_o's columns instead (the wrong axis) does not pass."""
     from tgpt_util import compare_tiny_model_step
 
-    def spec_block(block, x, x0, weights, rope, value_embed, attn_scale_on_columns=False):
+    def spec_block(block, x, x0, weights, rope, value_embed, collector=None, attn_scale_on_columns=False):
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = block.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0

@@ -45,9 +45,13 @@ def test_help_lists_every_setting_with_type_default_and_help_and_starts_nothing(
     assert os.listdir(tmp_path) == [] and "logfile:" not in out.stdout  # no log, no run
     for field in dataclasses.fields(tgpt.Hyperparameters):
         default = field.default if field.default != "" else '""'
-        pattern = r"^  %s +%s +(\S.*) \[default: %s\]$" % (field.name.upper(), field.type.__name__,
-                                                             re.escape(str(default)))
+        table = tgpt.RECIPES["2026-04-09"]
+        differs = table.get(field.name, field.default) != field.default
+        recipe = re.escape(" [2026-04-09: %s]" % table[field.name]) if differs else ""
+        pattern = r"^  %s +%s +(\S.*) \[default: %s\]%s$" % (field.name.upper(), field.type.__name__,
+                                                               re.escape(str(default)), recipe)
         assert re.search(pattern, out.stdout, re.MULTILINE), "no help line for %s" % field.name.upper()
+    assert re.search(r"^  MLP_MULT +float .* \[default: 3\.0\] \[2026-04-09: 4\.0\]$", out.stdout, re.MULTILINE)
     # the help comes from each field's own line: the comment of COMPRESSOR's line, under its group's heading
     assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact compressor: brotli \(quality 11\) or "
                      r"lzma \(preset 6\) \[default: brotli\]$", out.stdout, re.MULTILINE), out.stdout

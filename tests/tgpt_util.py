@@ -20,6 +20,14 @@ TINY_MODEL_ENV = {
     "TRAIN_SEQ_LEN": "64", "EVAL_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "4096", "VAL_BATCH_SIZE": "4096",
     "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
 }
+# RECIPE=2026-04-09 scaled to 2 CPU cores: 6 blocks, blocks 2-3 looped (encoder [0, 1, 2, 3, 2], decoder
+# [3, 2, 3, 4, 5]), parallel residuals from block 4, XSA everywhere; everything else is the recipe's.
+TINY_0409_ENV = {
+    "RECIPE": "2026-04-09", "NUM_LAYERS": "6", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2",
+    "XSA_LAST_N": "6", "ROPE_DIMS": "8", "LOOP_START": "2", "LOOP_END": "3", "PARALLEL_RESIDUAL_START": "4",
+    "VOCAB_SIZE": "1024", "TRAIN_SEQ_LEN": "64", "EVAL_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "4096",
+    "VAL_BATCH_SIZE": "4096", "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
+}
 
 
 def run_under_triton_interpreter(script: str) -> dict:
@@ -39,13 +47,13 @@ def run_under_triton_interpreter(script: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def compare_tiny_model_step(tg, configure_a, configure_b, seed: int = 0) -> dict:
-    """One fp32 step of the tiny model (TINY_MODEL_ENV) built twice from the same seed, each configured by its
-    callable (e.g. the PyTorch path vs a Triton op), on the same tokens: both losses and the largest relative
-    gradient difference. The output projections and down-projections are made non-zero first, so every path
-    carries gradient."""
+def compare_tiny_model_step(tg, configure_a, configure_b, seed: int = 0, env: dict = TINY_MODEL_ENV) -> dict:
+    """One fp32 step of the tiny model (`env`, default TINY_MODEL_ENV) built twice from the same seed, each
+    configured by its callable (e.g. the PyTorch path vs a Triton op), on the same tokens: both losses and the
+    largest relative gradient difference. The output projections and down-projections are made non-zero first, so
+    every path carries gradient."""
     import torch
-    h = tg.Hyperparameters.from_env(dict(TINY_MODEL_ENV))
+    h = tg.Hyperparameters.from_env(dict(env))
     ids = torch.randint(0, h.vocab_size, (2, h.train_seq_len + 1), generator=torch.Generator().manual_seed(seed))
     outcomes = []
     for configure in (configure_a, configure_b):
@@ -129,3 +137,19 @@ def run_env(extra: dict) -> dict:
     env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
+
+
+@pytest.fixture(scope="session")
+def tiny_data_8192(tmp_path_factory):
+    """The 2026-04-09 recipe's vocabulary built the way README says: `data/build_shards.py --vocab-size 8192` on the
+    bundled sample (tokenizer trained on all 4,000 documents), here with the first 16 documents as val. Returns the
+    env that points the trainer at it."""
+    import subprocess
+    root = tmp_path_factory.mktemp("tiny_data_8192")
+    command = [sys.executable, str(REPO / "data" / "build_shards.py"), "--vocab-size", "8192", "--val-docs", "16",
+               "--out-dir", str(root / "ds"), "--tokenizer-out", str(root / "sp.model"), "--no-progress",
+               "--workers", "1"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=run_env({}))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return {"root": root, "env": {"DATA_PATH": str(root / "ds"), "TOKENIZER_PATH": str(root / "sp.model"),
+                                  "VOCAB_SIZE": "8192"}}

@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tgpt_util import compare_tiny_model_step, load_train_gpt  # noqa: E402
+from tgpt_util import TINY_0409_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
 
 tg = load_train_gpt()
 op = tg.fused_mlp_op()
+SHIPPED_LAUNCH = dict(tg.MLP_UP_LAUNCH)
 results = {"op": [], "no_grad": [], "frozen": {}, "model": {}}
 generator = torch.Generator().manual_seed(0)
 
@@ -23,12 +24,14 @@ def relative(got, want) -> float:
 
 # (rows as (batch, seq), d, hidden, launch): edge tiles in both directions (37 and 74 rows, hidden 96 with
 # BLOCK_N 64), several K steps (d 64 with BLOCK_K 16), GROUP_M larger and smaller than the row tiles, one program
-# per tile and programs striding over the tiles (PROGRAMS_PER_SM counts programs in all on the CPU)
-for (batch, seq), dim, hidden_dim, (block_m, block_n, block_k, group_m, programs) in (
+# per tile and programs striding over the tiles (PROGRAMS_PER_SM counts programs in all on the CPU); last, the
+# 2026-04-09 model's widths (d 512, hidden 2048) with the shipped launch configuration
+for (batch, seq), dim, hidden_dim, launch in (
         ((2, 37), 32, 96, (16, 64, 16, 2, 0)), ((1, 74), 64, 192, (32, 32, 16, 8, 5)),
-        ((3, 8), 16, 48, (16, 16, 16, 1, 2))):
-    launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, num_warps=4, num_stages=2,
-                  PROGRAMS_PER_SM=programs)
+        ((3, 8), 16, 48, (16, 16, 16, 1, 2)), ((1, 200), 512, 2048, SHIPPED_LAUNCH)):
+    if not isinstance(launch, dict):
+        launch = dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PROGRAMS_PER_SM"), launch), num_warps=4,
+                      num_stages=2)
     tg.MLP_UP_LAUNCH, tg.MLP_DOWN_LAUNCH = launch, dict(launch)
     x = torch.randn(batch, seq, dim, generator=generator).requires_grad_()
     w_up = (torch.randn(hidden_dim, dim, generator=generator) * dim ** -0.5).requires_grad_()
@@ -56,4 +59,15 @@ results["frozen"] = {"dx": relative(dx, want)}
 # one tiny-model step (fp32): loss and every gradient, Triton MLP vs PyTorch MLP, same weights and tokens
 results["model"] = compare_tiny_model_step(tg, lambda model: tg.use_kernels(model, "sdpa_cpu", mlp="torch"),
                                            lambda model: tg.use_kernels(model, "sdpa_cpu", mlp="triton"))
+
+
+def looped(mlp):  # the tiny 2026-04-09 model, looping on: looped and parallel-residual blocks
+    def configure(model):
+        tg.use_kernels(model, "sdpa_cpu", mlp=mlp)
+        model.looping = True
+    return configure
+
+
+env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
+results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0409)
 print(json.dumps(results))

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tgpt_util import compare_tiny_model_step, load_train_gpt  # noqa: E402
+from tgpt_util import TINY_0409_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
 
 tg = load_train_gpt()
 
@@ -77,4 +77,21 @@ for heads, v_heads, head_dim, seq_len in ((4, 4, 16, 9), (4, 2, 32, 7), (8, 2, 1
 # one tiny-model step (fp32): loss and every gradient, Triton path vs PyTorch path, same weights and tokens
 results["model"] = compare_tiny_model_step(tg, lambda model: tg.use_kernels(model, "sdpa_cpu", qk="torch"),
                                            lambda model: tg.use_kernels(model, "sdpa_cpu", qk="triton"))
+
+# the start-up probe at the 2026-04-09 model's shapes (8 query / 4 KV heads of 64, RoPE on 16 dims), with the GQA
+# repeat of FA3 (1) and of SDPA (2); it raises if the ops differ from the PyTorch form
+for repeat in (1, 2):
+    tg._probe_qk_kernel(64, 16, torch.device("cpu"), 8, 4, repeat)
+results["probe_0409"] = "passed"
+
+
+def looped(qk):  # the tiny 2026-04-09 model, looping on: looped and parallel-residual blocks, XSA in all
+    def configure(model):
+        tg.use_kernels(model, "sdpa_cpu", qk=qk)
+        model.looping = True
+    return configure
+
+
+env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
+results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0409)
 print(json.dumps(results))
