@@ -347,7 +347,8 @@ def test_process_exits_promptly(loader_mod, tmp_path, mode, train_loader):
     process = subprocess.Popen(
         [sys.executable, str(script), loader_mod.__file__, loader_mod.__name__, str(tmp_path / "data"), mode,
          train_loader],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not inherited SIG_IGN of a background job
     try:
         assert process.stdout.readline().strip() == "ready", process.stderr.read()
         start = time.perf_counter()
