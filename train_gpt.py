@@ -9,6 +9,7 @@ import copy
 import difflib
 import glob
 import hashlib
+import importlib.metadata
 import io
 import json
 import linecache
@@ -37,6 +38,10 @@ try:  # brotli: the packed counted code (pack_source) and COMPRESSOR=brotli; wit
     import brotli
 except ImportError:
     brotli = None
+try:  # constriction: COMPRESSOR=ans's entropy coder (rANS)
+    import constriction
+except ImportError:
+    constriction = None
 try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
     from flash_attn_interface import flash_attn_func as _flash_attn_func
 except ImportError:
@@ -59,7 +64,7 @@ TRAIN_LOADERS = ("sequential", "shuffled")
 SHUFFLE_SEEDS = ("rank", "rank_and_seed")
 QUANTIZERS = ("rowclip", "gptq")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
-COMPRESSORS = ("brotli", "lzma")
+COMPRESSORS = ("ans", "brotli", "lzma")
 GRAD_CLIP_SCOPES = ("local", "reduced")
 MUON_DTYPES = ("bf16", "fp32")
 # RECIPE: a named table of defaults per record. The dataclass defaults ARE the 2026-03-23 record (SPEC.md); a
@@ -75,7 +80,8 @@ RECIPES = {
         parallel_residual_start=7, skip_gates_enabled=True, rope_train_seq_len=0, rope_bf16=True,
         init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03, muon_wd=0.095, adam_wd=0.02,
         embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced", ema_decay=0.9965,
-        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="brotli",
+        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="ans",
+        byte_shuffle=True,
         control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                      "skip_weight,skip_weights,skip_gates"),
 }
@@ -164,7 +170,8 @@ class Hyperparameters:
     qat_enabled: bool = False  # int6 fake quantization of the CastedLinear weights from step 0
     late_qat_threshold: float = 0.15  # turn that QAT on once the LR scale falls below this; 0: never
     # End of run: artifact, sliding-window eval, legal score-first TTT (SPEC §7-§8)
-    compressor: str = "brotli"  # artifact compressor: brotli (quality 11) or lzma (preset 6)
+    compressor: str = "brotli"  # artifact: ans (rANS-coded quantized tensors), brotli (quality 11) or lzma (preset 6)
+    byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
     control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
@@ -289,8 +296,10 @@ class Hyperparameters:
              "ENABLE_LOOPING_AT=%s must be in [0, 1]" % self.enable_looping_at),
             (self.quantizer != "gptq" and bool(gptq_set), "%s apply to QUANTIZER=gptq only, not %s"
              % (", ".join(gptq_set), self.quantizer)),
-            (self.compressor == "brotli" and brotli is None, "COMPRESSOR=brotli needs the brotli module, which this "
-             "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % sys.executable)]
+            (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
+             "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
+            (self.compressor == "ans" and constriction is None, "COMPRESSOR=ans needs the constriction module, which "
+             "this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
         errors = [message for failed, message in rows if failed]
         choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
                    ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS), ("quantizer", QUANTIZERS),
@@ -2422,6 +2431,8 @@ RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 LZMA_PRESET = 6
 XZ_MAGIC = b"\xfd7zXZ\x00"  # lzma.compress's container; a brotli stream with lgwin 22 starts with 0x?B, never 0xFD
+ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
+SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
 PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
 INT6_CATEGORIES = ("mlp", "attn")
 INT6_MAX = 31  # symmetric grid [-31, 31]
@@ -2439,7 +2450,6 @@ class ArtifactTooLargeError(RunFailure):
     """Code + artifact bytes exceed ARTIFACT_LIMIT_BYTES while ARTIFACT_LIMIT_STRICT=1."""
 
 def bank_row_names(bank_name: str, num_rows: int) -> List[str]:
-    """The per-layer names of a bank's rows, in row order (BANK_LAYOUT)."""
     parts = BANK_LAYOUT[bank_name]
     return [f"blocks.{layer}.{part}" for part in parts for layer in range(num_rows // len(parts))]
 
@@ -2448,7 +2458,7 @@ def unbank_state_dict(state: dict) -> dict:
     flat = {}
     for name, tensor in state.items():
         if name in BANK_LAYOUT:
-            flat.update((key, tensor[row]) for row, key in enumerate(bank_row_names(name, tensor.shape[0])))
+            flat.update(zip(bank_row_names(name, tensor.shape[0]), tensor))
         else:
             flat[name] = tensor
     return flat
@@ -2466,17 +2476,18 @@ def tensor_category(name: str) -> str:
     return "attn" if ".attn." in name or ".proj." in name else "other"
 
 def quantization_kind(name: str, tensor: Tensor) -> str:
-    """SPEC §7.4: non-float or small -> passthrough (floats as fp16), int6 categories -> int6, the rest -> int8.
-    (The record's fp32 rule for large control tensors cannot fire: every control tensor is small.)"""
+    """SPEC §7.4: non-float or small -> passthrough (floats as fp16), int6 categories -> int6, the rest -> int8."""
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
         return "passthrough"
     return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
 
+def weight_rows(weight: Tensor) -> Tensor:
+    return weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
+
 def quantize_int6_rows(weight: Tensor) -> tuple:
-    """GPTQ-lite int6 (SPEC §7.5) -> (q int8 shaped like weight, per-row fp16 scale). Per candidate quantile p:
-    clip_r = p-quantile of |W_r|, scale_r = fp16(max(clip_r/31, 1/31)), and q is computed from that fp16 scale so
-    q*scale is exactly what dequantizes. The first candidate with strictly lower whole-tensor MSE wins."""
-    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
+    """GPTQ-lite (SPEC §7.5) -> (q int8 like weight, per-row fp16 scale): per clip quantile, q from the fp16 scale
+    (so q*scale is what dequantizes); the first candidate with strictly lower whole-tensor MSE wins."""
+    rows = weight_rows(weight)
     levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
     best_error, best_q, best_scale = None, None, None
     for clip in torch.quantile(rows.abs(), levels, dim=1):  # (candidates, rows), linear interpolation
@@ -2490,7 +2501,7 @@ def quantize_int6_rows(weight: Tensor) -> tuple:
 
 def quantize_int8_rows(weight: Tensor) -> tuple:
     """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
-    rows = weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)
+    rows = weight_rows(weight)
     clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
     scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
     clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
@@ -2499,7 +2510,7 @@ def quantize_int8_rows(weight: Tensor) -> tuple:
 
 @contextlib.contextmanager
 def fp32_matmul():
-    """Full-precision fp32 GEMMs and factorizations inside; main() allows TF32 for training (~1e-3 relative)."""
+    """Full-precision fp32 GEMMs and factorizations inside (training allows TF32)."""
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
@@ -2510,10 +2521,8 @@ def fp32_matmul():
 @fp32_matmul()
 def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float,
                   block_size: int = GPTQ_BLOCK_COLUMNS, damping: float = GPTQ_DAMPING) -> tuple:
-    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32 on weight's device: weight (rows, cols), hessian
-    (cols, cols) = sum of X^T X over its inputs -> (q int8 shaped like weight, per-row fp16 scale), stored and
-    dequantized like quantize_int6_rows's. Act order sorts diag H descending with a stable sort: tied columns keep
-    their index order whatever the sort backend (exactly zero inputs tie, but they couple to no other column)."""
+    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32: weight (rows, cols), hessian (cols, cols) = sum of
+    X^T X -> (q int8 like weight, per-row fp16 scale). Act order is a stable sort of diag H, descending."""
     levels = 2 ** (bits - 1) - 1
     w = weight.detach().float().clone()
     scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(SDCLIP_MIN_SCALE).to(torch.float16)
@@ -2529,7 +2538,7 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
     hess = hess[order][:, order]
     # H^-1 = U^T U, U upper triangular: row j of U carries column j's rounding error (over U_jj) to later columns
     upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hess)), upper=True)
-    columns = w.t()[order].contiguous()  # (cols, rows) in act order: each column one contiguous row (3-7x faster)
+    columns = w.t()[order].contiguous()  # (cols, rows) in act order: each column one contiguous row
     q = torch.empty_like(columns)
     for start in range(0, columns.shape[0], block_size):
         end = start + block_size
@@ -2543,9 +2552,8 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
     return q[torch.argsort(order)].t().to(torch.int8).contiguous(), scale
 
 def gptq_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
-    """SPEC_0409 §7.3-§7.4 -> (kind, bits, clip sigmas): non-float or small -> passthrough (floats stored fp16);
-    the embed category (tok_emb, an untied lm_head) -> EMBED_BITS/EMBED_CLIP_SIGMAS; every other matrix ->
-    MATRIX_BITS/MATRIX_CLIP_SIGMAS (the 2026-04-09 model: 66 int6 attn/mlp matrices, tok_emb int8)."""
+    """SPEC_0409 §7.3-§7.4 -> (kind, bits, clip sigmas): non-float or small -> passthrough (fp16); the embed
+    category -> EMBED_BITS/EMBED_CLIP_SIGMAS; every other matrix -> MATRIX_BITS/MATRIX_CLIP_SIGMAS."""
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
         return "passthrough", 0, 0.0
     bits, sigmas = ((h.embed_bits, h.embed_clip_sigmas) if tensor_category(name) == "embed"
@@ -2571,9 +2579,8 @@ def gptq_quantize_named(name: str, tensor: Tensor, hessians: Optional[Dict[str, 
 
 def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
                         hessians: Optional[Dict[str, Tensor]] = None) -> tuple:
-    """-> (tensors, meta) on CPU by h.quantizer (rowclip when h is None); gptq takes `hessians`, {tensor name:
-    its input Hessian}. Every stored tensor is a fresh copy: saving a view of a bank row would make torch.save
-    write the whole bank storage."""
+    """-> (tensors, meta) on CPU by h.quantizer (rowclip when h is None; gptq takes {name: input Hessian}). Every
+    stored tensor is a fresh copy: a view of a bank row would make torch.save write the whole bank."""
     gptq = h is not None and h.quantizer == "gptq"
     tensors, meta = {}, {}
     for name, tensor in flat_state.items():
@@ -2605,19 +2612,63 @@ def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
         flat[name] = stored.to(like.dtype)
     return flat
 
-def serialize_artifact(tensors: dict, meta: dict, compressor: str) -> bytes:
-    """torch.save of {"w": tensors, "m": meta}, compressed. No header: the reader tells lzma (its xz magic) from
-    brotli, and earlier lzma artifacts still load."""
+def constriction_version() -> str:
+    return importlib.metadata.version("constriction")
+
+def ans_digest(tensors: dict, coded: dict) -> str:
+    """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""
+    digest = hashlib.sha256()
+    for name in coded:
+        digest.update(tensors[name].numpy().tobytes())
+    return digest.hexdigest()
+
+def ans_model(counts: np.ndarray):
+    """The rANS model of a value histogram (at least 2 bins: constriction refuses a 1-symbol alphabet)."""
+    return constriction.stream.model.Categorical(counts / counts.sum(), perfect=False)
+
+def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle: bool = False) -> bytes:
+    """torch.save of {"w": tensors, "m": meta}, byte-shuffled (BYTE_SHUFFLE), then lzma or brotli. COMPRESSOR=ans
+    first takes each quantized (.q) tensor out and rANS-codes it on its own value histogram (within bytes of its
+    order-0 entropy, where brotli's Huffman codes lose ~1.3%); "a": {name: (shape, minimum, words, histogram)}."""
+    payload, streams = {"w": tensors, "m": meta}, []
+    if compressor == "ans":
+        payload["a"] = {}
+        for name in [key for key in tensors if key.endswith(".q")]:
+            values = tensors[name].numpy().astype(np.int32).ravel()
+            low = int(values.min())
+            counts = np.bincount(values - low, minlength=2)
+            coder = constriction.stream.stack.AnsCoder()
+            coder.encode_reverse(values - low, ans_model(counts))
+            streams.append(coder.get_compressed().astype("<u4").tobytes())
+            payload["a"][name] = (tuple(tensors[name].shape), low, len(streams[-1]) // 4, torch.from_numpy(counts))
+        payload["w"] = {name: tensor for name, tensor in tensors.items() if name not in payload["a"]}
+        payload["c"] = (constriction_version(), ans_digest(tensors, payload["a"]))
     buffer = io.BytesIO()
-    torch.save({"w": tensors, "m": meta}, buffer)
+    torch.save(payload, buffer)
+    raw = buffer.getvalue()
+    if byte_shuffle and len(raw) >= 2:
+        raw = SHUFFLE_MAGIC + raw[0::2] + raw[1::2]
     if compressor == "lzma":
-        return lzma.compress(buffer.getvalue(), preset=LZMA_PRESET)
-    return brotli.compress(buffer.getvalue(), mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
+        return lzma.compress(raw, preset=LZMA_PRESET)
+    blob = brotli.compress(raw, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
+    return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
 
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
-    """-> (tensors, meta) of the artifact `name`. weights_only=True: the unpickler builds only tensors and plain
-    containers, so a crafted file cannot run code (it raises pickle.UnpicklingError); the structure is then checked.
-    A blob that neither decompressor reads is a DataError naming the file."""
+    """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. weights_only=True: the unpickler
+    builds only tensors and plain containers, so a crafted file cannot run code; the structure is then checked."""
+    if blob.startswith(ANS_MAGIC):
+        if constriction is None:
+            raise RunFailure("%s is a COMPRESSOR=ans artifact and this Python (%s) lacks the constriction module to "
+                             "read it: pip install constriction" % (name, sys.executable))
+        start = len(ANS_MAGIC) + 4
+        end = start + int.from_bytes(blob[len(ANS_MAGIC):start], "little")
+        payload = load_payload(blob[start:end], name, {"w", "m", "a", "c"})
+        return decode_ans_tensors(payload, blob[end:], name), payload["m"]
+    payload = load_payload(blob, name, {"w", "m"})
+    return payload["w"], payload["m"]
+
+def load_payload(blob: bytes, name: str, keys: set) -> dict:
+    """The checked {"w": tensors, "m": meta[, "a": ...]} of a compressed (and maybe byte-shuffled) torch.save."""
     lzma_blob = blob.startswith(XZ_MAGIC)
     if not lzma_blob and brotli is None:
         raise RunFailure("%s is not lzma-compressed and this Python (%s) lacks the brotli module to read it: pip "
@@ -2628,47 +2679,68 @@ def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
         raise DataError("%s: %s (%s: %s)" % (name, "an xz (lzma) stream that does not decompress: damaged" if lzma_blob
                                              else "neither an xz (lzma) nor a brotli stream: not an artifact of "
                                              "this trainer, or damaged", type(exc).__name__, exc)) from None
+    if raw.startswith(SHUFFLE_MAGIC):
+        shuffled = raw[len(SHUFFLE_MAGIC):]
+        raw = bytearray(len(shuffled))
+        raw[0::2], raw[1::2] = shuffled[:(len(shuffled) + 1) // 2], shuffled[(len(shuffled) + 1) // 2:]
     payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    if not isinstance(payload, dict) or set(payload) != {"w", "m"}:
-        raise DataError(f"{name}: expected a dict with exactly the keys 'w' and 'm'")
+    if not isinstance(payload, dict) or set(payload) != keys:
+        raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}")
     tensors, meta = payload["w"], payload["m"]
     if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
         raise DataError(f"{name}: 'w' must map names to tensors")
     if not isinstance(meta, dict):
         raise DataError(f"{name}: 'm' must be a dict")
+    coded = set(payload.get("a", {}))
     for key, kind in meta.items():
         if kind != "passthrough" and kind not in [{"type": f"int{bits}"} for bits in range(2, 9)]:
             raise DataError(f"{name}: unknown entry {kind!r} for {key}")
         needed = (key,) if isinstance(kind, str) else (key + ".q", key + ".scale")
-        if not all(part in tensors for part in needed):
+        if not all(part in tensors or part in coded for part in needed):
             raise DataError(f"{name}: missing tensors {needed} for {key}")
-    return tensors, meta
+    return payload
+
+def decode_ans_tensors(payload: dict, words: bytes, name: str) -> dict:
+    """payload["w"] plus the rANS-coded tensors of payload["a"], decoded from `words` and checked by digest."""
+    tensors, position = dict(payload["w"]), 0
+    try:
+        version, digest = payload["c"]
+        words = np.frombuffer(words, dtype="<u4").astype(np.uint32)
+        for key, (shape, low, count, counts) in payload["a"].items():
+            coder = constriction.stream.stack.AnsCoder(words[position:position + count].copy())
+            values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
+            tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
+            position += count
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise DataError(f"{name}: its rANS-coded tensors do not decode ({type(exc).__name__}: {exc})") from None
+    if position != words.size:
+        raise DataError(f"{name}: {words.size} rANS words where the tables account for {position}: damaged")
+    if ans_digest(tensors, payload["a"]) != digest:
+        raise DataError(f"{name}: the rANS-coded tensors decode to other values than were written (constriction "
+                        f"{version} wrote them, this is {constriction_version()}): damaged, or install that version")
+    return tensors
 
 def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
-    """SPEC §9 line 21 and the budget: counted code bytes + compressed model bytes against the decimal 16,000,000;
-    over it is an error line, and an exception with ARTIFACT_LIMIT_STRICT."""
-    total_bytes, label = artifact_bytes + code_bytes, "int6+" + h.compressor
-    logger.log(f"Serialized model: {raw_model_bytes} bytes")
-    logger.log(f"Code size: {code_bytes} bytes")
-    logger.log(f"Serialized model {label}: {artifact_bytes} bytes")
-    logger.log(f"Total submission size {label}: {total_bytes} bytes")
-    logger.log(f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} total_bytes:{total_bytes} "
-               f"limit_bytes:{ARTIFACT_LIMIT_BYTES} headroom_bytes:{ARTIFACT_LIMIT_BYTES - total_bytes}")
-    if total_bytes > ARTIFACT_LIMIT_BYTES:
-        message = (f"ERROR submission_over_limit total_bytes:{total_bytes} limit_bytes:{ARTIFACT_LIMIT_BYTES} "
-                   f"over_by:{total_bytes - ARTIFACT_LIMIT_BYTES} strict:{h.artifact_limit_strict}")
-        logger.log(message)
+    """Counted code + model bytes against the decimal limit (SPEC §9 line 21): over it, an error line, and with
+    ARTIFACT_LIMIT_STRICT an exception."""
+    total, label, limit = artifact_bytes + code_bytes, "int6+" + h.compressor, ARTIFACT_LIMIT_BYTES
+    for line in (f"Serialized model: {raw_model_bytes} bytes", f"Code size: {code_bytes} bytes",
+                 f"Serialized model {label}: {artifact_bytes} bytes", f"Total submission size {label}: {total} bytes",
+                 f"submission_bytes code_bytes:{code_bytes} model_bytes:{artifact_bytes} total_bytes:{total} "
+                 f"limit_bytes:{limit} headroom_bytes:{limit - total}"):
+        logger.log(line)
+    if total > limit:
+        logger.log(f"ERROR submission_over_limit total_bytes:{total} limit_bytes:{limit} over_by:{total - limit} "
+                   f"strict:{h.artifact_limit_strict}")
         if h.artifact_limit_strict:
             raise ArtifactTooLargeError("the submission is %d bytes (code %d + model %d), %d over the %d-byte limit "
-                                        "(ARTIFACT_LIMIT_STRICT=1)" % (total_bytes, code_bytes, artifact_bytes,
-                                                                       total_bytes - ARTIFACT_LIMIT_BYTES,
-                                                                       ARTIFACT_LIMIT_BYTES))
+                                        "(ARTIFACT_LIMIT_STRICT=1)"
+                                        % (total, code_bytes, artifact_bytes, total - limit, limit))
     return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
-            "total_bytes": total_bytes}
+            "total_bytes": total}
 
 class HessianCollector:
-    """Sums X^T X (fp32) of the inputs of the matrices GPTQ quantizes, by their unbanked names; a looped block adds
-    one term per pass (SPEC_0409 §7.2)."""
+    """Sums X^T X (fp32) of the inputs of the matrices GPTQ quantizes, by unbanked name; one term per looped pass."""
 
     def __init__(self):
         self.sums: Dict[str, Tensor] = {}
@@ -2681,10 +2753,9 @@ class HessianCollector:
 
 @torch.no_grad()
 def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, Tensor]:
-    """SPEC_0409 §7.2 on this rank's data: the first GPTQ_CALIBRATION_BATCHES micro-batches of a fresh training
-    loader through the eager model (looping as set, eval mode, no autocast), H = sum of X^T X / batches, in full
-    fp32. The output head's input is the final norm's output; an embedding is a lookup, not a product: it gets
-    the identity (round to nearest on its grid) where it is no head (bigram, value embeddings, untied tok_emb)."""
+    """SPEC_0409 §7.2 on this rank's data: GPTQ_CALIBRATION_BATCHES fresh training batches through the eager model
+    (eval mode, no autocast), H = sum of X^T X / batches in fp32; the tied head's input is the final norm's output.
+    An embedding that is no head (a lookup, not a product) gets the identity: round to nearest on its grid."""
     logger.log("GPTQ:collecting Hessians from calibration data...")
     started, collector, was_training = time.perf_counter(), HessianCollector(), model.training
     model.eval()
@@ -2706,9 +2777,8 @@ def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, 
 
 def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str,
                     make_loader: Optional[Callable] = None) -> dict:
-    """Rank 0 writes final_model.pt and the artifact into output_dir (QUANTIZER=gptq: from its own calibration
-    batches, nothing reduced, as the 04-09 record; SPEC_0409 §0.8); after a barrier every rank accounts the bytes
-    from the file sizes, so a strict-limit failure raises on all ranks alike."""
+    """Rank 0 writes final_model.pt and the artifact (GPTQ from its own calibration batches, SPEC_0409 §0.8); then
+    every rank accounts the bytes from the files, so a strict-limit failure raises on all ranks alike."""
     raw_path = os.path.join(output_dir, RAW_MODEL_FILENAME)
     artifact_path = os.path.join(output_dir, ARTIFACT_FILENAME)
     if dist_info.is_main:
@@ -2717,7 +2787,8 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
         torch.save(state, raw_path)
         hessians = collect_hessians(h, logger, model, make_loader) if h.quantizer == "gptq" else None
         started = time.perf_counter()
-        blob = serialize_artifact(*quantize_state_dict(unbank_state_dict(state), h, hessians), h.compressor)
+        tensors, meta = quantize_state_dict(unbank_state_dict(state), h, hessians)
+        blob = serialize_artifact(tensors, meta, h.compressor, h.byte_shuffle)
         with open(artifact_path, "wb") as handle:
             handle.write(blob)
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")

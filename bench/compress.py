@@ -6,8 +6,9 @@
     options: --compressors lzma6,brotli11,...  --layouts torch_save,planes,...  --json OUT
 
 A state dict goes through the trainer's own functions (unbank_state_dict, quantize_state_dict), so the tensors
-are exactly those the trainer's artifact holds; the first row is the trainer's serialize_artifact itself
-(torch.save + its default COMPRESSOR=brotli, quality 11). Layouts (all lossless, every row is decoded and compared
+are exactly those the trainer's artifact holds; the first rows are the trainer's serialize_artifact itself in its
+containers: COMPRESSOR=brotli (torch.save, brotli quality 11), with BYTE_SHUFFLE=1, and COMPRESSOR=ans (each
+quantized tensor rANS-coded on its own histogram, the rest brotli), with and without the shuffle. Layouts (all lossless, every row is decoded and compared
 byte for byte, or tensor for tensor for `planes`):
   torch_save        torch.save({"w": tensors, "m": meta}), the trainer's container
   torch_save_bshf   the same bytes byte-shuffled as SPEC_0409 §7.6: b"BSHF", 2, even-offset bytes, odd-offset bytes
@@ -20,6 +21,7 @@ Compressors: lzma6 (the trainer's COMPRESSOR=lzma), lzma9e (preset 9 | extreme),
 random weights says little.
 """
 import argparse
+import functools
 import importlib.util
 import io
 import json
@@ -35,13 +37,18 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-def trainer_functions(path: Path = REPO / "train_gpt.py"):
-    """Everything this bench takes from the trainer, in one place: (unbank_state_dict, quantize_state_dict,
-    serialize_artifact)."""
+@functools.lru_cache(maxsize=None)
+def trainer_module(path: Path = REPO / "train_gpt.py"):
     spec = importlib.util.spec_from_file_location("train_gpt_for_compress_bench", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def trainer_functions():
+    """What this bench takes from the trainer: (unbank_state_dict, quantize_state_dict, serialize_artifact)."""
+    module = trainer_module()
     return module.unbank_state_dict, module.quantize_state_dict, module.serialize_artifact
 
 
@@ -78,15 +85,8 @@ def synthetic_state(seed: int, layers: int = 11, dim: int = 512, vocab: int = 10
 
 
 def load_artifact(blob: bytes) -> tuple:
-    """(tensors, meta) of an artifact compressed by lzma or brotli, byte-shuffled or not."""
-    try:
-        raw = lzma.decompress(blob)
-    except lzma.LZMAError:
-        import brotli
-        raw = brotli.decompress(blob)
-    raw = unshuffle(raw) if raw.startswith(b"BSHF") else raw
-    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    return payload["w"], payload["m"]
+    """(tensors, meta) of an artifact in any of the trainer's containers (its own deserialize_artifact)."""
+    return trainer_module().deserialize_artifact(blob)
 
 
 # ---- layouts: (tensors, meta) -> bytes, and back ----
@@ -192,18 +192,28 @@ def same_tensors(a: dict, b: dict) -> bool:
     return list(a) == list(b) and all(a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]) for name in a)
 
 
+# The trainer's own containers, (COMPRESSOR, BYTE_SHUFFLE); the first is the reference row.
+TRAINER_CONTAINERS = (("brotli", False), ("brotli", True), ("ans", False), ("ans", True))
+
+
 def measure(tensors: dict, meta: dict, layouts, compressors, serialize_artifact=None) -> list:
-    """One row per layout x compressor; first, when given, the trainer's serialize_artifact with its default
-    compressor (torch.save and torch.load included in its seconds)."""
+    """One row per layout x compressor; first, when given, the trainer's serialize_artifact in each of its
+    containers (torch.save and the trainer's reader included in its seconds; ans rows need constriction)."""
     rows = []
-    if serialize_artifact is not None:
+    for compressor, byte_shuffle in TRAINER_CONTAINERS if serialize_artifact is not None else ():
+        if compressor == "ans" and importlib.util.find_spec("constriction") is None:
+            continue
         started = time.perf_counter()
-        blob = serialize_artifact(tensors, meta, "brotli")
+        blob = serialize_artifact(tensors, meta, compressor, byte_shuffle)
         compress_s = time.perf_counter() - started
         started = time.perf_counter()
-        load_artifact(blob)
-        rows.append({"layout": "trainer serialize_artifact", "compressor": "brotli11", "bytes": len(blob),
-                     "compress_s": compress_s, "decompress_s": time.perf_counter() - started})
+        back, back_meta = load_artifact(blob)
+        decompress_s = time.perf_counter() - started
+        if not same_tensors(dict(sorted(back.items())), dict(sorted(tensors.items()))) or back_meta != meta:
+            raise AssertionError("the trainer's %s container does not round-trip" % compressor)
+        rows.append({"layout": "trainer" + (" BYTE_SHUFFLE=1" if byte_shuffle else ""),
+                     "compressor": "COMPRESSOR=" + compressor, "bytes": len(blob), "compress_s": compress_s,
+                     "decompress_s": decompress_s})
     for layout in layouts:
         data = LAYOUTS[layout](tensors, meta)
         for name in compressors:

@@ -38,6 +38,8 @@ DEFAULT_TRACK = "track_10min_16mb"
 PLOT_NAME = "curves.png"
 # What the packed train_gpt.py needs beyond the challenge's image (torch, numpy, sentencepiece).
 FOLDER_REQUIREMENTS = "# the packed train_gpt.py decodes its source with brotli\nbrotli\n"
+# what an artifact of the seeds' COMPRESSOR (their config:compressor= line) needs to be read
+COMPRESSOR_REQUIREMENTS = {"ans": "# COMPRESSOR=ans artifacts are rANS-coded\nconstriction>=0.5\n"}
 GENERATED_FILES = ("README.md", "submission.json", "train_gpt.py", PLOT_NAME, "requirements.txt")
 
 
@@ -381,7 +383,9 @@ def read_script(script: Path) -> CountedCode:
 def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, code: CountedCode) -> None:
     """Every file of the record folder, into `folder` (which exists and holds nothing of ours)."""
     (folder / "train_gpt.py").write_bytes(code.data)
-    (folder / "requirements.txt").write_text(FOLDER_REQUIREMENTS, encoding="utf-8")
+    compressors = sorted({run.config.get("compressor", "") for run in runs})
+    requirements = FOLDER_REQUIREMENTS + "".join(COMPRESSOR_REQUIREMENTS.get(name, "") for name in compressors)
+    (folder / "requirements.txt").write_text(requirements, encoding="utf-8")
     for run in runs:
         shutil.copyfile(run.path, folder / ("train_seed%d.log" % run.seed))
     baseline = _parse_baseline(args.baseline) if args.baseline else []

@@ -39,10 +39,15 @@ def test_planes_layout_round_trips_every_tensor(quantized):
 def test_table_has_every_row_and_a_lossy_layout_is_caught(quantized, capsys, monkeypatch):
     tensors, meta, serialize_artifact = quantized
     rows = compress.measure(tensors, meta, list(compress.LAYOUTS), ["lzma6", "brotli11"], serialize_artifact)
-    assert len(rows) == 1 + 2 * len(compress.LAYOUTS)
+    assert len(rows) == 4 + 2 * len(compress.LAYOUTS)
+    assert [(row["layout"], row["compressor"]) for row in rows[:4]] == [
+        ("trainer", "COMPRESSOR=brotli"), ("trainer BYTE_SHUFFLE=1", "COMPRESSOR=brotli"),
+        ("trainer", "COMPRESSOR=ans"), ("trainer BYTE_SHUFFLE=1", "COMPRESSOR=ans")]
     assert rows[0]["bytes"] == len(serialize_artifact(tensors, meta, "brotli"))
-    assert rows[2]["layout"] == "torch_save" and rows[2]["compressor"] == "brotli11"
-    assert abs(rows[2]["bytes"] - rows[0]["bytes"]) < 200  # torch.save's zip records its file names only
+    assert rows[3]["bytes"] == len(serialize_artifact(tensors, meta, "ans", True))
+    assert rows[5]["layout"] == "torch_save" and rows[5]["compressor"] == "brotli11"
+    assert abs(rows[5]["bytes"] - rows[0]["bytes"]) < 200  # torch.save's zip records its file names only
+    assert rows[4 + 2 * list(compress.LAYOUTS).index("torch_save_bshf") + 1]["bytes"] == rows[1]["bytes"]
     compress.print_table(rows, "tiny")
     assert len(capsys.readouterr().out.splitlines()) == 3 + len(rows)
 
@@ -64,6 +69,7 @@ def test_artifacts_of_either_compressor_load(quantized):
     buffer = io.BytesIO()
     torch.save({"w": tensors, "m": meta}, buffer)
     for blob in (serialize_artifact(tensors, meta, "brotli"), serialize_artifact(tensors, meta, "lzma"),
+                 serialize_artifact(tensors, meta, "ans", True),
                  brotli.compress(compress.shuffle(buffer.getvalue())), lzma.compress(buffer.getvalue())):
-        back, back_meta = compress.load_artifact(blob)
-        assert compress.same_tensors(back, tensors) and back_meta == meta
+        back, back_meta = compress.load_artifact(blob)  # the ans container lists its coded tensors last
+        assert compress.same_tensors(dict(sorted(back.items())), dict(sorted(tensors.items()))) and back_meta == meta

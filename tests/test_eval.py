@@ -523,7 +523,7 @@ def test_reloaded_artifact_gives_exactly_the_dequantized_logits(ev, tmp_path, sm
         assert value.dtype == template[name].dtype and value.shape == template[name].shape
 
 
-@pytest.mark.parametrize("compressor", ["brotli", "lzma"])
+@pytest.mark.parametrize("compressor", ["ans", "brotli", "lzma"])
 def test_byte_accounting_equals_the_file_sizes(ev, tmp_path, compressor):
     h = tiny_h(ev, compressor=compressor)
     logger = ListLogger()
@@ -541,7 +541,9 @@ def test_byte_accounting_equals_the_file_sizes(ev, tmp_path, compressor):
         f"submission_bytes code_bytes:4321 model_bytes:{artifact} total_bytes:{total} limit_bytes:16000000 "
         f"headroom_bytes:{16_000_000 - total}"]
     assert re.fullmatch(r"timing_quantize_ms:\d+", logger.lines[0])
-    assert (output_dir / ev.ARTIFACT_FILENAME).read_bytes().startswith(b"\xfd7zXZ\x00") == (compressor == "lzma")
+    blob = (output_dir / ev.ARTIFACT_FILENAME).read_bytes()
+    assert blob.startswith(b"\xfd7zXZ\x00") == (compressor == "lzma") and blob.startswith(b"PGANS1") == (
+        compressor == "ans")
 
 
 @pytest.mark.parametrize("compressor", ["brotli", "lzma"])

@@ -304,12 +304,23 @@ def test_welch_p_value_matches_hand_computation():
 
 
 # ---- make ----
+def test_make_names_constriction_when_the_seeds_wrote_ans_artifacts(complete_logs, tmp_path):
+    logs = []
+    for path in complete_logs.values():
+        logs.append(tmp_path / path.name)
+        shutil.copyfile(path, logs[-1])
+        edit_after_source(logs[-1], lambda text: text.replace("config:compressor=brotli", "config:compressor=ans"))
+    rc, folder = make_record(tmp_path / "out", logs)
+    assert rc == 0 and "\nconstriction>=0.5\n" in (folder / "requirements.txt").read_text()
+
+
 def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, baseline_dir):
     names = sorted(path.name for path in good_folder.iterdir())
     assert names == ["README.md", "curves.png", "requirements.txt", "submission.json", "train_gpt.py",
                      "train_seed1337.log", "train_seed42.log"]
     assert (good_folder / "train_gpt.py").read_bytes() == PACKED  # the counted file: the packed source
     assert "brotli" in (good_folder / "requirements.txt").read_text()
+    assert "constriction" not in (good_folder / "requirements.txt").read_text()  # the seeds' COMPRESSOR=brotli
     assert (good_folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = [parse_log(complete_logs[seed]) for seed in SEEDS]
     submission = json.loads((good_folder / "submission.json").read_text())

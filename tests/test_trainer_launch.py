@@ -53,8 +53,9 @@ def test_help_lists_every_setting_with_type_default_and_help_and_starts_nothing(
         assert re.search(pattern, out.stdout, re.MULTILINE), "no help line for %s" % field.name.upper()
     assert re.search(r"^  MLP_MULT +float .* \[default: 3\.0\] \[2026-04-09: 4\.0\]$", out.stdout, re.MULTILINE)
     # the help comes from each field's own line: the comment of COMPRESSOR's line, under its group's heading
-    assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact compressor: brotli \(quality 11\) or "
-                     r"lzma \(preset 6\) \[default: brotli\]$", out.stdout, re.MULTILINE), out.stdout
+    assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact: ans \(rANS-coded quantized tensors\), "
+                     r"brotli \(quality 11\) or lzma \(preset 6\) \[default: brotli\] \[2026-04-09: ans\]$",
+                     out.stdout, re.MULTILINE), out.stdout
 
 
 def test_an_unknown_argument_is_named_with_a_pointer_to_help(tmp_path):

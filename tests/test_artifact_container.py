@@ -1,0 +1,137 @@
+"""The artifact's containers: BYTE_SHUFFLE is SPEC_0409 §7.6's layout byte for byte, COMPRESSOR=ans round-trips
+exactly and codes each quantized tensor within bytes of its order-0 entropy (below brotli), and damaged or
+unreadable artifacts, like a missing module, are errors that say what to do."""
+import io
+import lzma
+import re
+
+import brotli
+import numpy as np
+import pytest
+import torch
+
+from tgpt_util import tgpt  # noqa: F401 (fixture)
+
+
+def quantized_tensors(tgpt, seed=0):
+    """Record-like tensors: three int6 matrices from Student-t weights (rows within ±20%), one int8 embedding, fp16
+    passthrough vectors, through the trainer's own quantizer."""
+    generator = torch.Generator().manual_seed(seed)
+    t_dist = torch.distributions.StudentT(torch.tensor(6.0))
+    torch.manual_seed(seed)
+    state = {"blocks.%d.mlp.fc.weight" % i: t_dist.sample((384, 256)) * (0.8 + 0.4 * torch.rand(384, 1, generator=generator))
+             for i in range(3)}
+    state["tok_emb.weight"] = torch.randn(512, 160, generator=generator)
+    state["blocks.0.attn_scale"] = torch.randn(256, generator=generator)
+    state["blocks.0.q_gain"] = torch.randn(4, generator=generator)
+    return tgpt.quantize_state_dict(state)
+
+
+def same(tensors_a, tensors_b) -> bool:
+    return tensors_a.keys() == tensors_b.keys() and all(
+        tensors_a[name].dtype == tensors_b[name].dtype and torch.equal(tensors_a[name], tensors_b[name])
+        for name in tensors_a)
+
+
+def order0_bytes(tensor) -> float:
+    _, counts = np.unique(tensor.numpy(), return_counts=True)
+    p = counts / counts.sum()
+    return float(-(counts * np.log2(p)).sum() / 8)
+
+
+@pytest.mark.parametrize("compressor", ["brotli", "lzma"])
+def test_byte_shuffle_is_the_spec_layout_and_round_trips(tgpt, compressor):
+    tensors, meta = quantized_tensors(tgpt)
+    blob = tgpt.serialize_artifact(tensors, meta, compressor, byte_shuffle=True)
+    raw = lzma.decompress(blob) if compressor == "lzma" else brotli.decompress(blob)
+    buffer = io.BytesIO()
+    torch.save({"w": tensors, "m": meta}, buffer)
+    plain = buffer.getvalue()
+    even = np.frombuffer(plain, dtype=np.uint8)[0::2].tobytes()
+    odd = np.frombuffer(plain, dtype=np.uint8)[1::2].tobytes()
+    assert raw == b"BSHF\x02" + even + odd  # SPEC_0409 §7.6: magic, the byte 2, even offsets, odd offsets
+    got_tensors, got_meta = tgpt.deserialize_artifact(blob)
+    assert got_meta == meta and same(got_tensors, tensors)
+    assert blob != tgpt.serialize_artifact(tensors, meta, compressor)  # the setting changes the bytes
+
+
+def test_ans_round_trips_and_codes_each_tensor_at_its_entropy(tgpt):
+    tensors, meta = quantized_tensors(tgpt)
+    blob = tgpt.serialize_artifact(tensors, meta, "ans")
+    assert blob.startswith(b"PGANS1")
+    got_tensors, got_meta = tgpt.deserialize_artifact(blob)
+    assert got_meta == meta and same(got_tensors, tensors)
+    head_length = int.from_bytes(blob[6:10], "little")
+    coded = [name for name in tensors if name.endswith(".q")]
+    assert len(coded) == 4  # three int6 matrices and the int8 embedding
+    words_bytes = len(blob) - 10 - head_length
+    bound = sum(order0_bytes(tensors[name]) for name in coded)
+    assert bound <= words_bytes <= bound * 1.002 + 8 * len(coded)
+    # the brotli part holds everything else, byte-shuffled when asked
+    shuffled = tgpt.serialize_artifact(tensors, meta, "ans", byte_shuffle=True)
+    assert brotli.decompress(shuffled[10:10 + int.from_bytes(shuffled[6:10], "little")]).startswith(b"BSHF\x02")
+    assert same(tgpt.deserialize_artifact(shuffled)[0], tensors)
+
+
+def test_ans_beats_brotli_on_sdclip_weights(tgpt):
+    """RECIPE=2026-04-09's quantizer (SDClip: every row's scale follows its std) leaves one value distribution per
+    tensor, which rANS codes at its entropy and brotli's Huffman codes cannot (1.1% here; 3.3% on GPU-trained
+    weights, bench/NOTES.md)."""
+    generator = torch.Generator().manual_seed(0)
+    state = {"blocks.%d.mlp.fc.weight" % i: torch.randn(512, 256, generator=generator)
+             * (0.8 + 0.4 * torch.rand(512, 1, generator=generator)) for i in range(4)}
+    state["tok_emb.weight"] = torch.randn(512, 256, generator=generator)
+    hessians = {name: torch.eye(tensor.shape[1]) for name, tensor in state.items()}
+    tensors, meta = tgpt.quantize_state_dict(state, tgpt.Hyperparameters(quantizer="gptq"), hessians)
+    assert len(tgpt.serialize_artifact(tensors, meta, "ans")) < 0.995 * len(
+        tgpt.serialize_artifact(tensors, meta, "brotli"))
+
+
+def test_ans_handles_a_constant_tensor(tgpt):
+    tensors = {"blocks.0.mlp.fc.weight.q": torch.zeros(300, 256, dtype=torch.int8),
+               "blocks.0.mlp.fc.weight.scale": torch.ones(300, dtype=torch.float16)}
+    meta = {"blocks.0.mlp.fc.weight": {"type": "int6"}}
+    blob = tgpt.serialize_artifact(tensors, meta, "ans")
+    assert same(tgpt.deserialize_artifact(blob)[0], tensors)
+    assert len(blob) < 1000  # a one-value tensor costs no words
+
+
+def test_damaged_ans_artifacts_are_named_errors(tgpt, tmp_path, monkeypatch):
+    tensors, meta = quantized_tensors(tgpt)
+    blob = tgpt.serialize_artifact(tensors, meta, "ans")
+    path = str(tmp_path / "final_model.int6.ptz")
+    with pytest.raises(tgpt.DataError, match="^%s: .* rANS words where the tables account for" % re.escape(path)):
+        tgpt.deserialize_artifact(blob[:-4], path)
+    with pytest.raises(tgpt.DataError, match="^%s: .*rANS" % re.escape(path)):
+        tgpt.deserialize_artifact(blob[:-2], path)  # not a whole number of 32-bit words
+    with pytest.raises(tgpt.DataError, match="neither an xz \\(lzma\\) nor a brotli stream"):
+        tgpt.deserialize_artifact(blob[:40], path)  # cut inside the brotli part
+    real_model = tgpt.ans_model
+    with monkeypatch.context() as patch:  # a decoder whose model differs (another constriction version would)
+        patch.setattr(tgpt, "ans_model", lambda counts: real_model(counts + np.arange(counts.size) % 2))
+        version = re.escape(tgpt.constriction_version())
+        with pytest.raises(tgpt.DataError, match="decode to other values than were written \\(constriction %s wrote "
+                                                 "them, this is %s\\): damaged, or install" % (version, version)):
+            tgpt.deserialize_artifact(blob, path)
+    monkeypatch.setattr(tgpt, "constriction", None)
+    with pytest.raises(tgpt.RunFailure, match="COMPRESSOR=ans artifact .* lacks the constriction module to read it: "
+                                              "pip install constriction"):
+        tgpt.deserialize_artifact(blob, path)
+
+
+def test_ans_without_constriction_is_refused_at_start_up(tgpt, monkeypatch):
+    monkeypatch.setattr(tgpt, "constriction", None)
+    with pytest.raises(tgpt.ConfigError, match="COMPRESSOR=ans needs the constriction module, which this Python "
+                                               ".* lacks: pip install constriction, or set COMPRESSOR=brotli"):
+        tgpt.Hyperparameters.from_env({"COMPRESSOR": "ans"})
+    with pytest.raises(tgpt.ConfigError, match="COMPRESSOR=ans needs the constriction module"):
+        tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09"})  # the recipe's default container
+    assert tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "COMPRESSOR": "brotli"}).byte_shuffle
+
+
+def test_recipes_pick_their_containers(tgpt):
+    record_0323 = tgpt.Hyperparameters.from_env({})
+    record_0409 = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09"})
+    assert (record_0323.compressor, record_0323.byte_shuffle) == ("brotli", False)
+    assert (record_0409.compressor, record_0409.byte_shuffle) == ("ans", True)
+    assert not tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "BYTE_SHUFFLE": "0"}).byte_shuffle
