@@ -324,8 +324,7 @@ class Hyperparameters:
         return 1000.0 * (cap - self.gptq_reserve_seconds) if cap > 0 else None
 
 class RunFailure(Exception):
-    """A failure the trainer can name: main() prints `error: <message>` as the failing rank's last line (no
-    traceback), hands the message to torchrun as the root cause and exits with `exit_code`."""
+    """A named failure: main() prints `error: <message>` (no traceback) as the failing rank's last line, exit_code."""
     def __init__(self, message: str, exit_code: int = 1):
         super().__init__(message)
         self.exit_code = exit_code
@@ -454,8 +453,8 @@ def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
 
 class Logger:
-    """Rank 0 writes console + logs/<run_id>.txt (flushed per line), outputs go to logs/<run_id>/; other ranks are
-    silent. An existing log or folder of that name is refused, never appended to."""
+    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused."""
+
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
         self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
         self.output_dir = os.path.join(log_dir, run_id)
