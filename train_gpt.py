@@ -343,9 +343,11 @@ ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number",
 def _parse_env_value(raw: str, annotation):
     """`raw` as a value of the field type `annotation`; ValueError says why it is not one."""
     if annotation is bool:
-        if raw.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        lowered = raw.strip().lower()
+        if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise ValueError("not a boolean")
-        return raw.strip().lower() in ("1", "true", "yes", "on")
+        return lowered in ("1", "true", "yes", "on")
+
     value = raw if annotation is str else annotation(raw.strip())
     if annotation is float and not math.isfinite(value):
         raise ValueError("not finite")
