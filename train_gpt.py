@@ -1,6 +1,7 @@
 """Parameter-golf GPT trainer, the counted code of a submission: its defaults ARE record 2026-03-23 "LeakyReLU^2 +
-Legal Score-First TTT + Parallel Muon" (README: what differs). Run `torchrun --standalone --nproc_per_node=8
-train_gpt.py`; settings are env vars (`--help`). Without CUDA the same code runs on the CPU (fp32, gloo, no compile)."""
+Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env vars (`python train_gpt.py --help`);
+run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
+
 import atexit, base64, contextlib, copy, difflib, glob, hashlib, io, json, linecache, lzma, math, os, queue, random
 import subprocess, sys, threading, time, tokenize, uuid
 from dataclasses import astuple, dataclass, fields
