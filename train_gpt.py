@@ -1,29 +1,9 @@
-"""Parameter-golf GPT trainer, the counted code of a submission: reproduces record 2026-03-23 "LeakyReLU^2 + Legal
-Score-First TTT + Parallel Muon" (README: what differs). Run `torchrun --standalone --nproc_per_node=8 train_gpt.py`;
-every setting is the env var named after a `Hyperparameters` field and the defaults ARE the record's run. Without
-CUDA the same code runs on the CPU (fp32, gloo, no compile), so tiny configs and the tests exercise the real paths."""
-import atexit
-import base64
-import contextlib
-import copy
-import difflib
-import glob
-import hashlib
-import importlib.metadata
-import io
-import json
-import linecache
-import lzma
-import math
-import os
-import queue
-import random
-import subprocess
-import sys
-import threading
-import time
-import tokenize
-import uuid
+"""Parameter-golf GPT trainer, the counted code of a submission: its defaults ARE record 2026-03-23 "LeakyReLU^2 +
+Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env vars (`python train_gpt.py --help`);
+run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
+
+import atexit, base64, contextlib, copy, difflib, glob, hashlib, importlib.metadata, io, json, linecache, lzma
+import math, os, queue, random, subprocess, sys, threading, time, tokenize, uuid
 from dataclasses import astuple, dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -52,24 +32,19 @@ try:  # Triton (ships with CUDA builds of torch): the fused ops of section 5
 except ImportError:
     triton = tl = None
 
-
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
                         "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
-ATTENTION_BACKENDS = ("auto", "fa3", "cudnn", "flash", "efficient", "math")
-KERNEL_CHOICES = ("auto", "triton", "torch")  # QK_KERNEL and MLP_KERNEL
-BYTECOUNT_DEVICES = ("cpu", "cuda")
-TRAIN_LOADERS = ("sequential", "shuffled")
-SHUFFLE_SEEDS = ("rank", "rank_and_seed")
-QUANTIZERS = ("rowclip", "gptq")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
 COMPRESSORS = ("ans", "brotli", "lzma")
-GRAD_CLIP_SCOPES = ("local", "reduced")
-MUON_DTYPES = ("bf16", "fp32")
-# RECIPE: a named table of defaults per record. The dataclass defaults ARE the 2026-03-23 record (SPEC.md); a
-# table lists what its record changes (SPEC_0409 §1, §4-§7 for 2026-04-09, with QK_GAIN_INIT and TTT as the
-# record ran them). A setting in the environment overrides its recipe's value.
+CHOICES = {  # the values a setting of a fixed set accepts (VAL_BYTECOUNT_DEVICE, TORCH_COMPILE: in validate)
+    "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
+    "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
+    "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
+    "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS}
+# RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
+# record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
 RECIPES = {
     "2026-03-23": {},
     "2026-04-09": dict(
@@ -88,8 +63,8 @@ RECIPES = {
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    """All run settings. Env name = field name upper-cased; `from_env` is the only reader of config env. Each field's
-    trailing comment is its line in `train_gpt.py --help`; the comment lines above a group are its heading."""
+    """Run settings, env var = field name upper-cased (read by from_env only). A field's trailing comment is its
+    `--help` line and the comment lines above a group head it (settings_help parses them)."""
     # Data and run identity
     recipe: str = "2026-03-23"  # the table of defaults: 2026-03-23 or 2026-04-09; a setting set here overrides it
     data_path: str = "./data/datasets/fineweb10B_sp1024"  # shards fineweb_{train,val}_*.bin (+ manifest.json)
@@ -219,14 +194,12 @@ class Hyperparameters:
         if recipe not in RECIPES:
             raise ConfigError(["RECIPE=%r: expected one of %s" % (recipe, ", ".join(RECIPES))])
         values, errors = dict(RECIPES[recipe]), []
-        for f in fields(cls):
-            env_name = f.name.upper()
-            if env_name in environ:
-                raw = environ[env_name]
-                try:
-                    values[f.name] = _parse_env_value(raw, f.type)
-                except ValueError as exc:
-                    errors.append("%s=%r: expected %s (%s)" % (env_name, raw, ENV_TYPE_LABELS[f.type], exc))
+        for f in (f for f in fields(cls) if f.name.upper() in environ):
+            raw = environ[f.name.upper()]
+            try:
+                values[f.name] = _parse_env_value(raw, f.type)
+            except ValueError as exc:
+                errors.append("%s=%r: expected %s (%s)" % (f.name.upper(), raw, ENV_TYPE_LABELS[f.type], exc))
         if errors:
             raise ConfigError(errors)
         h = cls(**dict(values, run_id=values.get("run_id") or str(uuid.uuid4())))
@@ -263,13 +236,13 @@ class Hyperparameters:
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
             (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every),
-            (self.val_bytecount_device not in BYTECOUNT_DEVICES, "VAL_BYTECOUNT_DEVICE=%r must be one of %s"
-             % (self.val_bytecount_device, ", ".join(BYTECOUNT_DEVICES))),
+            (self.val_bytecount_device not in ("cpu", "cuda"),
+             "VAL_BYTECOUNT_DEVICE=%r must be one of cpu, cuda" % self.val_bytecount_device),
             (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
-             "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence" % (self.ttt_chunk_tokens,
-                                                                                  self.train_seq_len)),
+             "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence"
+             % (self.ttt_chunk_tokens, self.train_seq_len)),
             (not 0 <= self.ttt_freeze_blocks <= self.num_layers,
              "TTT_FREEZE_BLOCKS=%d must be in [0, NUM_LAYERS=%d]" % (self.ttt_freeze_blocks, self.num_layers)),
             (not self.ttt_lr > 0.0, "TTT_LR=%s must be > 0" % self.ttt_lr),
@@ -301,11 +274,8 @@ class Hyperparameters:
             (self.compressor == "ans" and constriction is None, "COMPRESSOR=ans needs the constriction module, which "
              "this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
         errors = [message for failed, message in rows if failed]
-        choices = (("attn_backend", ATTENTION_BACKENDS), ("qk_kernel", KERNEL_CHOICES), ("mlp_kernel", KERNEL_CHOICES),
-                   ("train_loader", TRAIN_LOADERS), ("train_shuffle_seed", SHUFFLE_SEEDS), ("quantizer", QUANTIZERS),
-                   ("grad_clip_scope", GRAD_CLIP_SCOPES), ("muon_dtype", MUON_DTYPES), ("compressor", COMPRESSORS))
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
-                   for name, allowed in choices if getattr(self, name) not in allowed]
+                   for name, allowed in CHOICES.items() if getattr(self, name) not in allowed]
         errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
             "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
             "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
@@ -345,6 +315,10 @@ class Hyperparameters:
         return self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len
 
     @property
+    def effective_rope_train_seq_len(self) -> int:
+        return self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len
+
+    @property
     def train_files(self) -> str:
         return os.path.join(self.data_path, "fineweb_train_*.bin")
 
@@ -355,25 +329,17 @@ class Hyperparameters:
     @property
     def train_budget_ms(self) -> Optional[float]:
         """Training time: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap."""
-        if self.max_wallclock_seconds <= 0:
-            return None
-        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds)
-
-    @property
-    def effective_rope_train_seq_len(self) -> int:
-        return self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len
+        cap = self.max_wallclock_seconds
+        return 1000.0 * (cap - self.gptq_reserve_seconds) if cap > 0 else None
 
 class RunFailure(Exception):
-    """A failure the trainer can name: main() prints `error: <message>` as the failing rank's last line (no
-    traceback), hands the message to torchrun as the root cause and exits with `exit_code`."""
-
+    """A named failure: main() prints `error: <message>` (no traceback) as the failing rank's last line, exit_code."""
     def __init__(self, message: str, exit_code: int = 1):
         super().__init__(message)
         self.exit_code = exit_code
 
 class ConfigError(RunFailure, ValueError):
     """Refused settings (exit 2): every problem of one round, in one line."""
-
     def __init__(self, errors: List[str]):
         self.errors = list(errors)
         super().__init__("invalid configuration: " + "; ".join(self.errors), exit_code=2)
@@ -384,19 +350,17 @@ class DataError(RunFailure, ValueError):
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
 
 def _parse_env_value(raw: str, annotation):
+    """`raw` as a value of the field type `annotation`; ValueError says why it is not one."""
     if annotation is bool:
         lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return lowered in ("1", "true", "yes", "on")
-        raise ValueError("not a boolean")
-    if annotation is int:
-        return int(raw.strip())
-    if annotation is float:
-        value = float(raw.strip())
-        if not math.isfinite(value):
-            raise ValueError("not finite")
-        return value
-    return raw
+        if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ValueError("not a boolean")
+        return lowered in ("1", "true", "yes", "on")
+
+    value = raw if annotation is str else annotation(raw.strip())
+    if annotation is float and not math.isfinite(value):
+        raise ValueError("not finite")
+    return value
 
 def suspicious_env_names(environ) -> List[str]:
     """Warnings for env vars that look like ours but are no field (the record's README set LATE_QAT, unread)."""
@@ -410,10 +374,8 @@ def suspicious_env_names(environ) -> List[str]:
             warnings.append("%s=%s is not a setting of this script and is IGNORED%s" % (name, environ[name], hint))
     return warnings
 
-
 def settings_help() -> str:
-    """`train_gpt.py --help`: every setting's env name, type and default, and the trailing comment of its line in
-    the Hyperparameters source as its help (the comment lines above a group head it)."""
+    """`train_gpt.py --help`: each setting's env name, type, default and the trailing comment of its field."""
     body = read_own_source().split("\nclass Hyperparameters:\n", 1)[1].splitlines(keepends=True)
     comments, headings, heading, name = {}, {}, None, None
     for token in tokenize.generate_tokens(iter(body).__next__):
@@ -437,7 +399,6 @@ def settings_help() -> str:
         lines.append("  %-28s %-5s %s [default: %s]%s" % (f.name.upper(), f.type.__name__, comments.get(f.name, ""),
                                                             f.default if f.default != "" else '""', recipes))
     return "\n".join(lines)
-
 
 # ==== 2. DISTRIBUTED RUNTIME AND LOGGING ====
 @dataclass(frozen=True)
@@ -465,9 +426,9 @@ class DistInfo:
 def init_distributed(environ) -> DistInfo:
     """torchrun env (RANK, WORLD_SIZE, LOCAL_RANK) -> process group: NCCL on CUDA, gloo on CPU."""
     launched = "RANK" in environ and "WORLD_SIZE" in environ
-    rank = int(environ["RANK"]) if launched else 0
-    world_size = int(environ["WORLD_SIZE"]) if launched else 1
+    rank, world_size = (int(environ["RANK"]), int(environ["WORLD_SIZE"])) if launched else (0, 1)
     local_rank = int(environ.get("LOCAL_RANK", "0")) if launched else 0
+
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -503,8 +464,7 @@ def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
 
 class Logger:
-    """Rank 0 writes console + logs/<run_id>.txt (one open handle, flushed per line); other ranks are silent. The
-    outputs go to logs/<run_id>/; an existing log or folder of that name is refused, never appended to."""
+    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused."""
 
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
         self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
@@ -526,8 +486,7 @@ class Logger:
             return
         if console:
             print(msg, flush=True)
-        self._file.write(msg + "\n")
-        self._file.flush()
+        print(msg, file=self._file, flush=True)
 
     def close(self) -> None:
         if self._file is not None:
@@ -535,18 +494,18 @@ class Logger:
             self._file = None
 
 def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
-    """File-only preamble: code sha256, the source, versions and nvidia-smi; then the resolved config and the
-    byte budget (counted code bytes and what they leave for the model)."""
+    """File-only: code sha256, the source, versions, nvidia-smi, the config; then the warnings and the byte budget."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
     try:
         smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         smi = "nvidia-smi: not available"
     rule = "=" * 100
-    for text in [code, rule, "Running Python " + sys.version, "Running PyTorch " + torch.__version__, smi, rule]:
+    texts = [code, rule, "Running Python " + sys.version, "Running PyTorch " + torch.__version__, smi, rule]
+    for text in texts + ["config:%s=%s" % (f.name, getattr(h, f.name)) for f in fields(h)]:
+
         logger.log(text, console=False)
-    for f in fields(h):
-        logger.log("config:%s=%s" % (f.name, getattr(h, f.name)), console=False)
+
     for warning in suspicious_env_names(environ):
         logger.log("WARNING unknown_env: " + warning)
     logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d"
@@ -582,15 +541,13 @@ def pack_source(source: str) -> bytes:
                                   payload=base64.b85encode(compressed).decode("ascii")).encode("ascii")
 
 def read_own_source() -> str:
-    """The source that is running, for code_sha256, the log and code_bytes: a packed file (PACKED_TEMPLATE)
-    registers it in linecache under its code's file name; for the readable file linecache reads it from disk."""
+    """The running source: a packed file registered it in linecache; a readable one linecache reads from disk."""
     filename = read_own_source.__code__.co_filename
     linecache.checkcache(filename)
     source = "".join(linecache.getlines(filename))
     if not source:
         raise RuntimeError("cannot read the running source %s" % filename)
     return source
-
 
 # ==== 3. DATA ====
 SHARD_MAGIC = 20240520
