@@ -786,10 +786,10 @@ class BackgroundIterator:
         self._thread.join(timeout=self.JOIN_SECONDS)
 
 class DeviceBatchFeed:
-    """(host, device) tensor tuples of `source`, one batch ahead: an error building batch i+1 is raised when batch i is
-    asked for. With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch
-    i's event, and record_stream() keeps the allocator from reusing the memory too early. Data wait: host time
-    blocked in the source plus, on CUDA, events around each batch's wait or copy (events_elapsed_ms)."""
+    """(host, device) tensor tuples of `source`, one batch ahead (building batch i+1 fails when batch i is asked for).
+    With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch i's event
+    and record_stream() stops the allocator reusing the memory early. Data wait: host time blocked in the source
+    plus, on CUDA, events around each batch's wait or copy."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
         self._source, self._device, self._pending, self._closed = source, device, None, False
@@ -2721,9 +2721,8 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
 
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
                       optimizers: Optimizers, make_loader) -> None:
-    """WARMUP_STEPS real steps (base LRs, final momentum), and as many looped ones with NUM_LOOPS > 0, so compiling
-    happens off the clock; then model and optimizers are restored exactly, and the caller's next loader restarts
-    the data (SPEC §3 and §5, SPEC_0409 §5)."""
+    """WARMUP_STEPS steps (base LRs, final momentum; as many looped ones with NUM_LOOPS > 0) compile off the clock,
+    then model and optimizers are restored exactly; the caller's next loader restarts the data (SPEC §5, 0409 §5)."""
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
@@ -2748,9 +2747,8 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
 
 class TrainTelemetry:
     """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and, with
-    TRAINING_TIMING_BREAKDOWN, per-phase times from events on the compute stream (host clocks on CPU): a phase runs
-    from the previous mark to its own, idle time included. Nothing syncs until a line is due, so the prefetch and
-    copy overlap stay on while measuring."""
+    TRAINING_TIMING_BREAKDOWN, phase times from compute-stream events (host clocks on CPU), each from the previous
+    mark to its own; nothing syncs until a line is due, so the prefetch and copy overlap stay on while measuring."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
         self.h, self.dist_info, self.logger = h, dist_info, logger
