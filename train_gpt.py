@@ -550,9 +550,7 @@ def read_own_source() -> str:
     return source
 
 # ==== 3. DATA ====
-SHARD_MAGIC = 20240520
-SHARD_VERSION = 1
-SHARD_HEADER_BYTES = 256 * 4
+SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_BYTES = 20240520, 1, 256 * 4  # SPEC §2: 256 int32 header words
 
 class ShardFormatError(DataError):
     """A token shard that breaks SPEC §2 (header, size or read); the message starts with the file's path."""
@@ -597,14 +595,11 @@ class MicroBatchLayout:
     world_size: int
     local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps), a multiple of seq_len
     seq_len: int
-
-    @property
-    def span(self) -> int:
-        return self.local_tokens + 1
+    span: int  # local_tokens + 1: x and y of one micro-batch
 
 def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
     local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
-    return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len)
+    return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len, local_tokens + 1)
 
 class TokenStream:
     """SPEC §3 stream from (file 0, offset 0); a shard is loaded when first needed; the file list wraps."""
@@ -615,25 +610,21 @@ class TokenStream:
 
     def advance(self, count: int, out: np.ndarray = None) -> None:
         """Move `count` tokens ahead (loading the same shards either way), copying them into `out` if given."""
-        done, shards_without_tokens = 0, 0
+        done, loads_without_tokens = 0, 0
         while done < count:
-            remaining = len(self._tokens) - self._position
-            if remaining == 0:
-                shards_without_tokens += 1
-                if shards_without_tokens > len(self._paths):
+            step = min(count - done, len(self._tokens) - self._position)
+            if out is not None:
+                out[done:done + step] = self._tokens[self._position:self._position + step]
+            self._position, done = self._position + step, done + step
+            if done < count:  # this shard is used up: the next one (the list wraps)
+                loads_without_tokens = loads_without_tokens + 1 if step == 0 else 0
+                if loads_without_tokens > len(self._paths):
                     raise DataError(f"every train shard is empty: {self._paths}")
                 self._file_index = (self._file_index + 1) % len(self._paths)
                 self._tokens, self._position = load_data_shard(self._paths[self._file_index]), 0
-                continue
-            shards_without_tokens, step = 0, min(count - done, remaining)
-            if out is not None:
-                out[done:done + step] = self._tokens[self._position:self._position + step]
-            self._position += step
-            done += step
 
 def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of one rank, CPU int64 (x, y) of (rows, seq_len): only this rank's span is copied, and x
-    and y are views of one buffer, so each token is widened and written once."""
+    """SPEC §3 micro-batches of a rank: CPU int64 (x, y) of (rows, seq_len), views of its span (the only one copied)."""
     stream = TokenStream(paths)
     before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
     shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
@@ -646,13 +637,12 @@ def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_
 
 class ShuffledSequences:
     """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
-    shard, without replacement, from the shard drawn with probability proportional to the sequences it has left.
-    plan() draws from the RNG; gather() only reads the memmaps, which are opened once, here."""
+    shard, without replacement, from a shard drawn with probability proportional to the sequences it has left."""
 
     def __init__(self, paths: Sequence[str], seq_len: int, seed):
         self.paths, self.seq_len = list(paths), seq_len
         self.rng = np.random.Generator(np.random.PCG64(seed))
-        self.tokens = []
+        self.tokens = []  # memmaps, opened once: gather() only reads them
         for path in self.paths:
             with open(path, "rb") as file:
                 num_tokens = _read_shard_header(path, file)
@@ -674,7 +664,7 @@ class ShuffledSequences:
             self.left[index] = count
 
     def plan(self, rows: int) -> List[tuple]:
-        """(shard, start) of the next `rows` sequences; a shard's starts are popped from the end of its list."""
+        """(shard, start) of the next `rows` sequences (the only RNG draws); a shard's starts pop from the end."""
         plan = []
         for _ in range(rows):
             if self.left.sum() <= 0:
@@ -695,26 +685,22 @@ class ShuffledSequences:
                 raise DataError(message) from error
 
 def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC_0409 §3 micro-batches as CPU int64 (x, y) of shape (rows, seq_len): the two halves of one (pinned)
-    buffer that NumPy fills straight from the memmaps, so each token is widened and written once per tensor."""
+    """SPEC_0409 §3 micro-batches, CPU int64 (x, y) of (rows, seq_len): halves of one buffer filled from memmaps."""
     while True:
         batch = torch.empty((2, rows, sampler.seq_len), dtype=torch.int64, pin_memory=pin_memory)
         sampler.gather(sampler.plan(rows), batch.numpy())
         yield batch[0], batch[1]
 
-
 class BackgroundIterator:
-    """`source` run in a daemon thread, at most `depth` items ahead; strict FIFO, a source exception reaches the
-    consumer right after the items made before it. Blocking calls poll (50 ms) a stop event or the thread's liveness,
-    so neither side can hang; close() (also at exit: a daemon thread inside torch then aborts) stops and joins it."""
-    _POLL_SECONDS = 0.05
-    _JOIN_SECONDS = 10.0
+    """`source` run in a daemon thread at most `depth` items ahead, in order; a source exception reaches the consumer
+    after the items made before it. Both sides poll (50 ms) the stop event or the thread's liveness, so neither can
+    hang; close() (also at exit: a daemon thread inside torch would abort the exit) stops and joins the thread."""
+    POLL_SECONDS, JOIN_SECONDS = 0.05, 10.0
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
         self._queue, self._stop = queue.Queue(maxsize=depth), threading.Event()
-        self._outcome = None  # ("end", None) or ("error", exception) once the consumer has seen it
-        # The thread's CUDA device: without it, pinned allocations would create a context on cuda:0.
-        device_index = None
+        self._end = None  # the exception that ended the stream (StopIteration at the end), once the consumer saw it
+        device_index = None  # the thread's CUDA device: pinned allocations would otherwise create a context on cuda:0
         if device.type == "cuda":
             device_index = torch.cuda.current_device() if device.index is None else device.index
         self._thread = threading.Thread(target=self._produce, args=(source, device_index), name=name, daemon=True)
@@ -726,16 +712,16 @@ class BackgroundIterator:
             if device_index is not None:
                 torch.cuda.set_device(device_index)
             for item in source:
-                if not self._offer(("item", item)):
+                if not self._offer((True, item)):
                     return
-            self._offer(("end", None))
+            self._offer((False, StopIteration()))
         except BaseException as error:  # handed to the consumer, which owns the process
-            self._offer(("error", error))
+            self._offer((False, error))
 
     def _offer(self, entry: tuple) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(entry, timeout=self._POLL_SECONDS)
+                self._queue.put(entry, timeout=self.POLL_SECONDS)
                 return True
             except queue.Full:
                 pass
@@ -745,96 +731,83 @@ class BackgroundIterator:
         return self
 
     def __next__(self):
-        while self._outcome is None:
+        while self._end is None:
             alive = self._thread.is_alive()  # read before get(): a thread dead by then has put its last entry
             try:
-                kind, payload = self._queue.get(timeout=self._POLL_SECONDS)
+                is_item, payload = self._queue.get(timeout=self.POLL_SECONDS)
             except queue.Empty:
                 if alive:
                     continue
                 raise RuntimeError(f"{self._thread.name} has stopped (the iterator was closed)") from None
-            if kind == "item":
+            if is_item:
                 return payload
-            self._outcome = (kind, payload)
-        if self._outcome[0] == "error":
-            raise self._outcome[1]
-        raise StopIteration
+            self._end = payload
+        raise self._end
 
     def close(self) -> None:
         atexit.unregister(self.close)
         self._stop.set()
-        while True:  # free queued (pinned) items now; a producer blocked on put() sees the stop event
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout=self._JOIN_SECONDS)
+        while not self._queue.empty():  # free queued (pinned) items now; a producer blocked on put() sees the stop
+            self._queue.get_nowait()
+        self._thread.join(timeout=self.JOIN_SECONDS)
 
 class DeviceBatchFeed:
-    """The CPU tensor tuples of `source` on `device`, one batch ahead (an error building batch i+1 is raised when
-    batch i is asked for). With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute
-    waits on batch i's event, and record_stream() keeps the allocator from reusing the memory too early. Data wait:
-    host time blocked in the source plus, on CUDA, events around each batch's wait or copy (events_elapsed_ms)."""
+    """(host, device) tensor tuples of `source`, one batch ahead (building batch i+1 fails when batch i is asked for).
+    With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch i's event
+    and record_stream() stops the allocator reusing the memory early. Data wait: host time blocked in the source
+    plus, on CUDA, events around each batch's wait or copy."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
         self._source, self._device, self._pending, self._closed = source, device, None, False
         self._copy_stream = torch.cuda.Stream(device=device) if device.type == "cuda" and use_copy_stream else None
         self._host_wait_seconds, self._event_pairs = 0.0, []
 
-    def _issue(self, host: tuple) -> tuple:
+    def _fetch(self) -> tuple:
+        """(host tensors, device copies, ready event) of the next source item; both None without a copy stream."""
+        start = time.perf_counter()
+        try:
+            host = next(self._source)
+        finally:
+            self._host_wait_seconds += time.perf_counter() - start
         if self._copy_stream is None:
             return host, None, None
         with torch.cuda.stream(self._copy_stream):
-            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
+            copies = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
             ready = torch.cuda.Event()
             ready.record(self._copy_stream)
-        return host, device_tensors, ready
+        return host, copies, ready
 
-    def _claim(self, host: tuple, device_tensors: tuple, ready) -> tuple:
-        if self._device.type != "cuda":
-            return host
-        compute = torch.cuda.current_stream(self._device)
-        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        before.record(compute)
-        if ready is None:
-            device_tensors = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
-        else:
-            compute.wait_event(ready)
-            for tensor in device_tensors:
-                tensor.record_stream(compute)
-        after.record(compute)
-        self._event_pairs.append((before, after))
-        return device_tensors
+    def __iter__(self):
+        return self
 
-    def _pull(self) -> tuple:
-        start = time.perf_counter()
-        try:
-            return next(self._source)
-        finally:
-            self._host_wait_seconds += time.perf_counter() - start
-
-    def next_with_host(self) -> tuple:
+    def __next__(self) -> tuple:
         """(host tensors, device tensors) of the next batch; StopIteration when the source is exhausted."""
         if self._closed:
             raise RuntimeError("batch feed is closed")
         if self._pending is None:
-            self._pending = self._issue(self._pull())
-        current = self._pending
+            self._pending = self._fetch()
+        host, copies, ready = self._pending
         try:
-            self._pending = self._issue(self._pull())
+            self._pending = self._fetch()
         except StopIteration:
             self._pending = None
-        return current[0], self._claim(*current)
+        if self._device.type != "cuda":
+            return host, host
+        compute = torch.cuda.current_stream(self._device)
+        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before.record(compute)
+        if ready is None:
+            copies = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
+        else:
+            compute.wait_event(ready)
+            for tensor in copies:
+                tensor.record_stream(compute)
+        after.record(compute)
+        self._event_pairs.append((before, after))
+        return host, copies
 
     def next_batch(self) -> tuple:
-        return self.next_with_host()[1]
-
-    def __iter__(self) -> Iterator[tuple]:
-        while True:
-            try:
-                yield self.next_with_host()
-            except StopIteration:
-                return
+        return next(self)[1]
 
     def take_wait_stats(self) -> tuple:
         """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
@@ -862,8 +835,7 @@ def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
     return total
 
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A fresh loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer
-    runs ahead)."""
+    """A loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer runs on)."""
     layout = micro_batch_layout(h, dist_info)
     cuda = dist_info.device.type == "cuda"
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
@@ -883,9 +855,8 @@ def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
-    logger.log(f"train_data loader:{kind} prefetch:{int(h.train_prefetch)} "
-               f"prefetch_queue:{h.train_prefetch_queue} pin_memory:{int(pin_memory)} "
-               f"copy_stream:{int(copy_stream)}"
+    logger.log(f"train_data loader:{kind} prefetch:{int(h.train_prefetch)} prefetch_queue:{h.train_prefetch_queue} "
+               f"pin_memory:{int(pin_memory)} copy_stream:{int(copy_stream)}"
                + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
     return DeviceBatchFeed(batches, dist_info.device, copy_stream)
 
@@ -2042,27 +2013,24 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
-    """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the record's EMA wins), a CPU
-    sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2."""
+    """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the EMA wins, as in the
+    record), a CPU fp32 sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.decay, self.swa_every = h.ema_decay, h.swa_every
         self.swa_enabled = h.swa_enabled and not h.ema_enabled
         self.live = dict(model.state_dict())
         self.ema = {k: t.detach().float().clone() for k, t in self.live.items()} if h.ema_enabled else None
-        self.swa_sum: Optional[Dict[str, Tensor]] = None
-        self.swa_count = 0
+        self.swa_sum, self.swa_count = None, 0
 
     @torch.no_grad()
     def update_ema(self) -> None:
-        if self.ema is None:
-            return
-        keys = list(self.ema)
-        torch._foreach_lerp_([self.ema[k] for k in keys], [self.live[k].float() for k in keys], 1.0 - self.decay)
+        if self.ema is not None:
+            torch._foreach_lerp_(list(self.ema.values()), [self.live[k].float() for k in self.ema], 1.0 - self.decay)
 
     @torch.no_grad()
     def maybe_accumulate_swa(self, step: int, lr_scale: float) -> bool:
-        """Returns True when this call took the first snapshot (the caller logs `swa:start`)."""
+        """Adds a snapshot on SWA steps; True when it was the first (the caller logs `swa:start`)."""
         if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
             return False
         # a copy: .float().cpu() of an fp32 CPU tensor is that tensor, and += would then change the weights
@@ -2076,8 +2044,8 @@ class WeightAverages:
         return self.swa_count == 1
 
 def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> str:
-    """Load the end-of-run average into `model` (strict, own dtypes): "ema" (the record), "swa" (the snapshots'
-    mean), or "raw" (the trained weights)."""
+    """Loads the end-of-run average into `model` in its own dtypes; returns "ema", "swa" (the snapshots' mean) or
+    "raw" (the trained weights, left as they are)."""
     if averages.swa_enabled and averages.swa_count == 0:
         logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
     if averages.swa_enabled and averages.swa_count > 0:
@@ -2089,8 +2057,7 @@ def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> 
     else:
         logger.log("ema:disabled keeping the trained weights")
         return "raw"
-    current = model.state_dict()
-    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in current.items()}, strict=True)
+    model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in model.state_dict().items()})
     return kind
 
 
@@ -2782,15 +2749,13 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
 
 def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
                       optimizers: Optimizers, make_loader) -> None:
-    """WARMUP_STEPS real steps (base LRs, final momentum) so compiling happens off the clock, and as many looped
-    ones with NUM_LOOPS > 0 (the looped graph; SPEC_0409 §5), then an exact restore of model and optimizers; the
-    caller builds a fresh loader, restarting the stream (SPEC §3)."""
+    """WARMUP_STEPS steps (base LRs, final momentum; as many looped ones with NUM_LOOPS > 0) compile off the clock,
+    then model and optimizers are restored exactly; the caller's next loader restarts the data (SPEC §5, 0409 §5)."""
     if h.warmup_steps <= 0:
         return
     model_state = {k: v.detach().cpu().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers.all]
-    loader = make_loader()
-    try:
+    with make_loader() as loader:
         for looping in (False, True) if h.num_loops > 0 else (False,):
             base_model.looping, label = looping, "loop_warmup_step" if looping else "warmup_step"
             if looping:
@@ -2802,8 +2767,6 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
                 optimizers.step()
                 if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
                     logger.log("%s:%d/%d" % (label, k, h.warmup_steps))
-    finally:
-        loader.close()
     base_model.looping = False
     base_model.load_state_dict(model_state)
     for optimizer, state in zip(optimizers.all, optimizer_states):
@@ -2811,18 +2774,17 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     optimizers.zero_grad()
 
 class TrainTelemetry:
-    """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and,
-    with TRAINING_TIMING_BREAKDOWN, per-phase times from events on the compute stream (host clocks on CPU): a phase
-    runs from the previous mark to its own, idle waiting included, and nothing syncs until a line is due, so the
-    prefetch and copy overlap stay on while measuring."""
+    """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and, with
+    TRAINING_TIMING_BREAKDOWN, phase times from compute-stream events (host clocks on CPU), each from the previous
+    mark to its own; nothing syncs until a line is due, so the prefetch and copy overlap stay on while measuring."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
         self.h, self.dist_info, self.logger = h, dist_info, logger
-        self.enabled, self.marks = h.training_timing_breakdown, []  # marks: (phase, CUDA event or host time)
-        self.wait_pairs, self.total_wait_ms, self.val_ms = [], 0.0, 0.0
+        self.marks, self.wait_pairs, self.total_wait_ms, self.val_ms = [], [], 0.0, 0.0
 
     def mark(self, phase: str) -> None:
-        if not self.enabled:
+        """Appends (phase, CUDA event or host time) with TRAINING_TIMING_BREAKDOWN."""
+        if not self.h.training_timing_breakdown:
             return
         if self.dist_info.is_cuda:
             event = torch.cuda.Event(enable_timing=True)
@@ -2831,26 +2793,20 @@ class TrainTelemetry:
             event = time.perf_counter()
         self.marks.append((phase, event))
 
-    def phase_totals_ms(self) -> Dict[str, float]:
-        """Milliseconds per phase since the first mark; clears the marks (synchronises on CUDA)."""
-        totals: Dict[str, float] = {}
-        if self.dist_info.is_cuda and self.marks:
-            self.marks[-1][1].synchronize()
-        for (_, start), (phase, end) in zip(self.marks, self.marks[1:]):
-            elapsed = start.elapsed_time(end) if self.dist_info.is_cuda else 1000.0 * (end - start)
-            totals[phase] = totals.get(phase, 0.0) + elapsed
-        self.marks = []
-        return totals
-
     def end_step(self, step: int, loader) -> None:
         host_ms, pairs = loader.take_wait_stats()
         self.total_wait_ms += host_ms
         self.wait_pairs.extend(pairs)
-        if not self.enabled or not (step <= 10 or step % self.h.training_timing_every == 0):
-            self.marks = []
+        marks, self.marks = self.marks, []
+        if not self.h.training_timing_breakdown or not (step <= 10 or step % self.h.training_timing_every == 0):
             return
         read_start = time.perf_counter()
-        phases = self.phase_totals_ms()
+        if self.dist_info.is_cuda and marks:
+            marks[-1][1].synchronize()
+        phases: Dict[str, float] = {}
+        for (_, start), (phase, end) in zip(marks, marks[1:]):
+            elapsed = start.elapsed_time(end) if self.dist_info.is_cuda else 1000.0 * (end - start)
+            phases[phase] = phases.get(phase, 0.0) + elapsed
         device_wait_ms = self.drain()
         micro = self.dist_info.grad_accum_steps
         self.logger.log(
@@ -2864,7 +2820,7 @@ class TrainTelemetry:
         self.val_ms = 0.0
 
     def drain(self) -> float:
-        """Reads the collected device wait events (they are complete by now or soon); returns their sum."""
+        """Adds the collected device wait events (complete by now or soon) to the total; returns their sum."""
         device_ms = events_elapsed_ms(self.wait_pairs)
         self.wait_pairs = []
         self.total_wait_ms += device_ms
@@ -2879,14 +2835,14 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
           optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
-    averages, telemetry, loader = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger), make_loader()
-    if h.swa_enabled and h.ema_enabled:
-        logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; EMA_ENABLED=0 "
-                   "applies SWA")
-    train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
-    sync_device(dist_info)
-    t0 = time.perf_counter()
-    try:
+    averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
+    with make_loader() as loader:
+        if h.swa_enabled and h.ema_enabled:
+            logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; "
+                       "EMA_ENABLED=0 applies SWA")
+        train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
+        sync_device(dist_info)
+        t0 = time.perf_counter()
         while True:
             last_step = step == h.iterations or (stop_after_step is not None and step >= stop_after_step)
             if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
@@ -2940,8 +2896,6 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             reached = torch.tensor(float(capped), device=dist_info.device)
             if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
                 stop_after_step = step
-    finally:
-        loader.close()
     telemetry.summary(step, train_ms)
     return averages
 
