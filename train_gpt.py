@@ -943,8 +943,8 @@ LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
-    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4). Looped, blocks LOOP_START..LOOP_END run
-    1 + NUM_LOOPS times in a row; either layout's first half (rounded down) is the encoder."""
+    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4): looped, blocks LOOP_START..LOOP_END run
+    1 + NUM_LOOPS times in a row; the first half (rounded down) of either layout is the encoder."""
     plain, looped = list(range(h.num_layers)), list(range(h.num_layers))
     if h.num_loops > 0:
         segment = list(range(h.loop_start, h.loop_end + 1))
@@ -953,9 +953,8 @@ def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
             for looping, order in ((False, plain), (True, looped))}
 
 class GPT(nn.Module):
-    """U-Net GPT whose attention/MLP matrices live in four banks (one Muon update each): qo_bank (2n, d, d) = [W_q
-    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F).
-    Decoder position j adds the j-th latest encoder output through skip row j (rows sized for the looped layout)."""
+    """U-Net GPT, block matrices in four banks (one Muon update each): qo_bank = [W_q x n, W_o x n], kv_bank =
+    [W_k x n, W_v x n], mlp_up_bank, mlp_down_bank. Decoder step j adds the j-th latest encoder output (skip row j)."""
 
     def __init__(self, h: Hyperparameters):
         super().__init__()
@@ -985,8 +984,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def _init_weights(self, h: Hyperparameters) -> None:
-        """SPEC §4's draw order, so a seed gives the record's weights: after the constructors' draws, tok_emb, the
-        banks layer by layer, then the projections."""
+        """SPEC §4's draw order (so a seed gives the record's weights): constructors, tok_emb, banks, projections."""
+
         n = self.num_layers
         if h.init_linear_draws:  # the 04-09 record's per-matrix nn.Linear modules drew their default init first
             for i in range(n):
@@ -1016,8 +1015,7 @@ class GPT(nn.Module):
         return self.logits_from_hidden(self.forward_hidden(ids))
 
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None) -> Tensor:
-        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm; a collector (GPTQ
-        calibration only) gets the input of every block matrix."""
+        """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input."""
         x = self.tok_emb(ids) if self.bigram is None else self.tok_emb(ids) + self.bigram(ids)
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
         rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
@@ -1075,8 +1073,8 @@ def build_model(h: Hyperparameters, device: torch.device) -> GPT:
     return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
-    """SPEC §4: bf16, then fp32 again for the banks, CastedLinear weights, 0-D/1-D parameters and names containing
-    a CONTROL_TENSOR_NAME_PATTERNS entry (small Adam updates to resid_mix would round away in bf16)."""
+    """SPEC §4: bf16, except fp32 banks, CastedLinear weights, 0-D/1-D parameters and CONTROL_TENSOR_NAME_PATTERNS
+    names (small Adam updates to resid_mix would round away in bf16)."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     model.bfloat16()
@@ -1100,9 +1098,8 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
                 collector: Optional["HessianCollector"] = None) -> Tensor:
-        """x + attn_scale * attn(...), then + mlp_scale * mlp(...) of the new x (parallel: of the attention's own
-        input), each per-channel scale folded into the rows of the output projection's weight (scale * (a W^T) =
-        a (scale * W)^T): the backward then needs neither scale * gradient nor the saved branch output."""
+        """x + attn_scale * attn(x), then + mlp_scale * mlp(new x; parallel: attn's input). Each scale is folded into
+        its output projection's rows, so the backward saves no branch output."""
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
@@ -1123,7 +1120,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, h: Hyperparameters, use_xsa: bool, name: str):
         super().__init__()
-        self.name = name  # its matrices' names in the unbanked state dict: name + "c_q.weight", ...
+        self.name = name  # prefix of its matrices' names in the unbanked state dict
         self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
         self.head_dim = h.model_dim // h.num_heads
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
@@ -1134,14 +1131,13 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor], collector: Optional["HessianCollector"] = None) -> Tensor:
-        """A collector gets the input of c_q/c_k/c_v and of proj, computed by the PyTorch forms."""
+        """A collector gets the inputs of c_q/c_k/c_v and proj, from the PyTorch forms."""
         batch, seq_len, _ = x.shape
         if collector is not None:
             collector.add(x, *(self.name + part for part in ("c_q.weight", "c_k.weight", "c_v.weight")))
         if self.qkv_op is not None and collector is None:
-            # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
-            # which takes GQA natively)
-            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
+            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads  # FA3 takes GQA natively
+
             plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
             qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
             q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
@@ -1211,8 +1207,8 @@ class ValueEmbedding(nn.Module):
         return self.scale * self.proj(self.embed(ids))
 
 class CastedLinear(nn.Linear):
-    """fp32 weight cast to the activation dtype; in training a 0/1 `qat_active` tensor (not a Python flag: no
-    recompile when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
+    """fp32 weight cast to the activation dtype; in training the 0/1 tensor `qat_active` (a tensor: no recompile
+    when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
@@ -1235,9 +1231,8 @@ def rms_norm(x: Tensor) -> Tensor:
 
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype, train_seq_len: int = 1024,
                   bf16: bool = False) -> Tuple[Tensor, ...]:
-    """cos_full, sin_full (T, head_dim) and the pair-swap index, cast to `dtype`. Past the RoPE train length
-    (2026-03-23: 1024, SPEC §4) the base is NTK-rescaled; the angles are fp32, or, with `bf16` and T up to that
-    length, the 2026-04-09 record's (SPEC_0409 §0.7): bf16 positions times bf16 theta, cos and sin in bf16."""
+    """cos_full, sin_full (T, head_dim) in `dtype` and the pair-swap index. Past train_seq_len the base is
+    NTK-rescaled (SPEC §4); angles are fp32, or with `bf16` (SPEC_0409 §0.7) bf16 positions times bf16 theta."""
     if seq_len > train_seq_len:
         base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
     half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
@@ -1253,8 +1248,7 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
     return cos_full, sin_full, swap
 
 class _SwapPairsTimes(torch.autograd.Function):
-    """x[..., swap] * table for a swap index that is its own inverse: the backward is the same gather, not the
-    scatter-add autograd would make of an index."""
+    """x[..., swap] * table for a self-inverse swap: the backward is a gather too, not autograd's scatter-add."""
 
     @staticmethod
     def forward(ctx, x: Tensor, table: Tensor, swap: Tensor) -> Tensor:
@@ -1267,9 +1261,8 @@ class _SwapPairsTimes(torch.autograd.Function):
         return (grad * table)[..., swap], None, None
 
 def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor) -> Tensor:
-    """x (B, T, H, D): dims [0, R) rotate as pairs (u = first half, w = second half): u' = u cos + w sin,
-    w' = w cos - u sin; dims [R, D) pass through (cos 1, sin 0). One pointwise expression (no slice or cat), so
-    the compiler fuses it with the RMSNorm before it."""
+    """x (B, T, H, D): pairs (u, w) of dims [0, R) rotate to (u cos + w sin, w cos - u sin), dims [R, D) pass.
+    One pointwise expression (no slice or cat), so the compiler fuses it with the RMSNorm before it."""
     cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
@@ -1284,9 +1277,8 @@ def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, ga
 def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
               gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
               plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The fused q/k/v op's PyTorch form (its reference) on one projection qkv (B, T, (H + 2 Hkv) D): q =
-    RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each repeated `repeat` times;
-    and, with plain_v, v once more unrepeated (B, T, Hkv, D) for XSA (else empty)."""
+    """The fused q/k/v op's PyTorch form on qkv (B, T, (H + 2 Hkv) D): RoPE(rms_norm(q)) * gain, RoPE(rms_norm(k)),
+    v + value_embed, K and V repeated `repeat` times, and with plain_v v unrepeated for XSA (else empty)."""
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
     kv_heads = (width // head_dim - num_heads) // 2
@@ -1310,8 +1302,8 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
-    """XSA, y (B, T, H, D), v (B, T, Hv, D): each head's output loses its component along its (unit) value
-    vector, head h using value head h // (H / Hv)."""
+    """XSA: y (B, T, H, D) minus its component along the unit value v (B, T, Hv, D) of head h // (H / Hv)."""
+
     batch, seq_len, heads, head_dim = y.shape
     group = heads // v.size(2)
     y = y.view(batch, seq_len, v.size(2), group, head_dim)
