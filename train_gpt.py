@@ -943,8 +943,7 @@ LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
-    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4): looped, blocks LOOP_START..LOOP_END run
-    1 + NUM_LOOPS times in a row; the first half (rounded down) of either layout is the encoder."""
+    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4); the encoder is the first half, rounded down."""
     plain, looped = list(range(h.num_layers)), list(range(h.num_layers))
     if h.num_loops > 0:
         segment = list(range(h.loop_start, h.loop_end + 1))
@@ -1038,9 +1037,7 @@ class GPT(nn.Module):
 
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
                   collector: Optional["HessianCollector"]) -> Tensor:
-        ve = None
-        if i in self.ve_layers:
-            ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+        ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype) if i in self.ve_layers else None
         return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
 
     def logits_from_hidden(self, hidden: Tensor) -> Tensor:
@@ -1072,8 +1069,7 @@ def build_model(h: Hyperparameters, device: torch.device) -> GPT:
     return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
-    """SPEC §4: bf16, except fp32 banks, CastedLinear weights, 0-D/1-D parameters and CONTROL_TENSOR_NAME_PATTERNS
-    names (small Adam updates to resid_mix would round away in bf16)."""
+    """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     model.bfloat16()
@@ -1259,8 +1255,7 @@ class _SwapPairsTimes(torch.autograd.Function):
         return (grad * table)[..., swap], None, None
 
 def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor) -> Tensor:
-    """x (B, T, H, D): pairs (u, w) of dims [0, R) rotate to (u cos + w sin, w cos - u sin), dims [R, D) pass.
-    One pointwise expression (no slice or cat), so the compiler fuses it with the RMSNorm before it."""
+    """RoPE on dims [0, R) of x (B, T, H, D) as one pointwise expression (no slice or cat): it fuses with the norm."""
     cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
@@ -1329,21 +1324,21 @@ def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
 # Epsilons and the slope are constexpr: inductor passes a Python float to a kernel as fp64, pulling the math into fp64.
 if triton is not None:
     @triton.jit
-    def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
-                 ROPE: tl.constexpr, BLOCK_R: tl.constexpr):
-        r = row_start + tl.arange(0, BLOCK_R)  # rows of (B, T, H) with the head fastest
+    def _qk_rows(rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
+                 BLOCK_R: tl.constexpr):
+        """This program's rows r of (B, T, H) (head fastest), columns, RoPE's swap, row masks, head, t, b."""
+        r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         d = tl.arange(0, HEAD_DIM)
         swap = tl.where(d < HALF, d + HALF, tl.where(d < ROPE, d - HALF, d))
-        return r, d, swap, r < rows, r % heads, (r // heads) % seq_len, r // (heads * seq_len)
+        ok = r < rows
+        return r, d, swap, ok, ok[:, None], r % heads, (r // heads) % seq_len, r // (heads * seq_len)
 
     @triton.jit
     def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, plain_ptr, rows, heads, seq_len,
                        column, sxb, sxt, sxh, repeat, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
                        ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
                        HAS_PLAIN: tl.constexpr, BLOCK_R: tl.constexpr):
-        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
-                                           BLOCK_R)
-        ok2 = ok[:, None]
+        r, d, swap, ok, ok2, h, t, b = _qk_rows(rows, heads, seq_len, HEAD_DIM, HALF, ROPE, BLOCK_R)
         x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
         if NORM_ROPE:
@@ -1376,9 +1371,7 @@ if triton is not None:
                        HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr, HAS_PLAIN: tl.constexpr,
                        BLOCK_R: tl.constexpr):
         """x, dx: the projection and its gradient (same strides, this part from `column`); dplain: unrepeated v's."""
-        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
-                                           BLOCK_R)
-        ok2 = ok[:, None]
+        r, d, swap, ok, ok2, h, t, b = _qk_rows(rows, heads, seq_len, HEAD_DIM, HALF, ROPE, BLOCK_R)
         x_offset = (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         dy = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
         dy_row = dy_ptr + (b.to(tl.int64) * syb + t * syt + h * repeat * syh)[:, None]
@@ -1477,8 +1470,7 @@ if triton is not None:
     @triton.jit
     def _mlp_gemm(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, stride_bn, rm, rn, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-        """fp32 tile of A (M, K; unit column stride) @ B (K, N), K a multiple of BLOCK_K; edge rows and columns
-        read clamped indices (masked at the store)."""
+        """fp32 tile of A (M, K; unit column stride) @ B (K, N), K % BLOCK_K == 0; edges read clamped indices."""
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + (rm % M).to(tl.int64)[:, None] * stride_am + rk[None, :]
         b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
@@ -1613,8 +1605,7 @@ def fused_qkv_heads_op() -> Callable:
                               _qkv_setup_context, _qkv_grad)
 
 def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
-    """(y, contiguous v, an empty tensor with y's strides, positional arguments, meta, grid) for both kernels; y is
-    made contiguous only where empty_like would not keep its strides."""
+    """(y, contiguous v, output with y's strides, args, meta, grid); y is copied where empty_like can't keep them."""
     if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
             or y.size(2) % v.size(2):
         raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
@@ -1707,8 +1698,7 @@ def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
     return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
 
 def fused_mlp_op() -> Callable:
-    """leaky_relu_sq_mlp() via torch.ops.pgolf.mlp (it also returns the hidden layers saved for backward, written
-    only under autograd); differentiable in x, w_up and w_down."""
+    """leaky_relu_sq_mlp() via torch.ops.pgolf.mlp (which also returns the hidden layers it saves under autograd)."""
     op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
 
     def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
@@ -1735,8 +1725,7 @@ def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch
         block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
 
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """FA3 on Hopper, else the first SDPA backend whose fwd+bwd probe passes (cuDNN first on Hopper: faster than
-    flash there); ATTN_BACKEND forces one."""
+    """FA3 on Hopper, else the first SDPA backend whose probe passes (Hopper: cuDNN before flash), or ATTN_BACKEND."""
     if not dist_info.is_cuda:
         if h.attn_backend not in ("auto", "math"):
             raise ConfigError(["ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend])
@@ -1773,8 +1762,7 @@ def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, 
     torch.cuda.synchronize(device)
 
 def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
-    """(kernel, reason): on CUDA "triton" if `probe` passes, else "torch" (the PyTorch form); `setting` triton/torch
-    forces one, and a forced triton that cannot run is an error."""
+    """(kernel, reason): on CUDA "triton" if `probe` passes, else "torch"; a forced triton that fails is an error."""
     if setting == "torch":
         return "torch", "forced by %s" % env_name
     if setting == "auto" and not dist_info.is_cuda:
@@ -1790,8 +1778,7 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int = 2, kv_heads: int = 1,
                      repeat: int = 2) -> None:
-    """The fused q/k/v and XSA ops vs qkv_heads() and exclusive_self_attention(), fp32, 2 x 16 tokens at the given
-    head counts and GQA repeat, with a value embedding and the unrepeated v: every output and gradient."""
+    """The fused q/k/v and XSA ops vs their PyTorch forms (fp32, 2 x 16 tokens, value embedding, unrepeated v)."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
     generator = torch.Generator().manual_seed(0)
@@ -1813,8 +1800,7 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_he
                    lambda: exclusive_self_attention(y, v), (y, v), grads[0], 1e-4, 1.0)
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int = 0) -> None:
-    """The fused MLP op vs leaky_relu_sq_mlp(), bf16, 200 rows (masked edge tiles) at the model's widths (hidden_dim
-    0: 3 x model_dim): forward and all gradients, within bf16 rounding of the hidden layer."""
+    """The fused MLP op vs leaky_relu_sq_mlp() in bf16 on 200 rows (masked edge tiles), at the model's widths."""
     generator = torch.Generator().manual_seed(0)
     hidden_dim = hidden_dim or 3 * model_dim
 
