@@ -1166,8 +1166,7 @@ class BigramHash(nn.Module):
         self.scale = nn.Parameter(torch.tensor(0.05))
 
     def bucket_ids(self, ids: Tensor) -> Tensor:
-        ids32 = ids.to(torch.int32)
-        modulus = self.buckets - 1
+        ids32, modulus = ids.to(torch.int32), self.buckets - 1
         pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
         first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
         return torch.cat((first, pairs), dim=1)
@@ -1235,11 +1234,9 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
     angles = torch.outer(positions, inv_freq.to(angle_dtype))
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
-    cos_full = torch.cat((cos, cos, ones), dim=1)
-    sin_full = torch.cat((sin, -sin, torch.zeros_like(ones)), dim=1)
     dims = torch.arange(head_dim, device=device)
     swap = torch.where(dims < half, dims + half, torch.where(dims < rope_dims, dims - half, dims))
-    return cos_full, sin_full, swap
+    return torch.cat((cos, cos, ones), dim=1), torch.cat((sin, -sin, torch.zeros_like(ones)), dim=1), swap
 
 class _SwapPairsTimes(torch.autograd.Function):
     """x[..., swap] * table for a self-inverse swap: the backward is a gather too, not autograd's scatter-add."""
