@@ -1069,7 +1069,8 @@ def build_model(h: Hyperparameters, device: torch.device) -> GPT:
     return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
-    """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names."""
+    """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names
+    (small Adam updates to resid_mix would round away in bf16)."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     model.bfloat16()
