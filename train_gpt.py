@@ -880,8 +880,7 @@ LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
 
 def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
-    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4). Looped, blocks LOOP_START..LOOP_END run
-    1 + NUM_LOOPS times in a row; either layout's first half (rounded down) is the encoder."""
+    """{looping: (encoder, decoder)} block indices (SPEC_0409 §4); the encoder is the first half, rounded down."""
     plain, looped = list(range(h.num_layers)), list(range(h.num_layers))
     if h.num_loops > 0:
         segment = list(range(h.loop_start, h.loop_end + 1))
@@ -890,9 +889,8 @@ def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
             for looping, order in ((False, plain), (True, looped))}
 
 class GPT(nn.Module):
-    """U-Net GPT whose attention/MLP matrices live in four banks (one Muon update each): qo_bank (2n, d, d) = [W_q
-    of layers 0..n-1, W_o of 0..n-1]; kv_bank (2n, kv, d) = [W_k..., W_v...]; mlp_up (n, F, d); mlp_down (n, d, F).
-    Decoder position j adds the j-th latest encoder output through skip row j (rows sized for the looped layout)."""
+    """U-Net GPT, block matrices in four banks (one Muon update each): qo_bank = [W_q x n, W_o x n], kv_bank =
+    [W_k x n, W_v x n], mlp_up_bank, mlp_down_bank. Decoder step j adds the j-th latest encoder output (skip row j)."""
 
     def __init__(self, h: Hyperparameters):
         super().__init__()
@@ -922,8 +920,7 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def _init_weights(self, h: Hyperparameters) -> None:
-        """SPEC §4's draw order, so a seed gives the record's weights: after the constructors' draws, tok_emb, the
-        banks layer by layer, then the projections."""
+        """SPEC §4's draw order (so a seed gives the record's weights): constructors, tok_emb, banks, projections."""
         n = self.num_layers
         if h.init_linear_draws:  # the 04-09 record's per-matrix nn.Linear modules drew their default init first
             for i in range(n):
@@ -953,8 +950,7 @@ class GPT(nn.Module):
         return self.logits_from_hidden(self.forward_hidden(ids))
 
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None) -> Tensor:
-        """ids (B, T) int64 -> final hidden states (B, T, d), before the output norm; a collector (GPTQ
-        calibration only) gets the input of every block matrix."""
+        """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input."""
         x = self.tok_emb(ids) if self.bigram is None else self.tok_emb(ids) + self.bigram(ids)
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
         rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
@@ -978,9 +974,7 @@ class GPT(nn.Module):
 
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
                   collector: Optional["HessianCollector"]) -> Tensor:
-        ve = None
-        if i in self.ve_layers:
-            ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype)
+        ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype) if i in self.ve_layers else None
         return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
 
     def logits_from_hidden(self, hidden: Tensor) -> Tensor:
@@ -1012,8 +1006,8 @@ def build_model(h: Hyperparameters, device: torch.device) -> GPT:
     return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
-    """SPEC §4: bf16, then fp32 again for the banks, CastedLinear weights, 0-D/1-D parameters and names containing
-    a CONTROL_TENSOR_NAME_PATTERNS entry (small Adam updates to resid_mix would round away in bf16)."""
+    """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names
+    (small Adam updates to resid_mix would round away in bf16)."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     model.bfloat16()
@@ -1037,9 +1031,8 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
                 collector: Optional["HessianCollector"] = None) -> Tensor:
-        """x + attn_scale * attn(...), then + mlp_scale * mlp(...) of the new x (parallel: of the attention's own
-        input), each per-channel scale folded into the rows of the output projection's weight (scale * (a W^T) =
-        a (scale * W)^T): the backward then needs neither scale * gradient nor the saved branch output."""
+        """x + attn_scale * attn(x), then + mlp_scale * mlp(new x; parallel: attn's input). Each scale is folded into
+        its output projection's rows, so the backward saves no branch output."""
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
@@ -1060,7 +1053,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, h: Hyperparameters, use_xsa: bool, name: str):
         super().__init__()
-        self.name = name  # its matrices' names in the unbanked state dict: name + "c_q.weight", ...
+        self.name = name  # prefix of its matrices' names in the unbanked state dict
         self.num_heads, self.num_kv_heads = h.num_heads, h.num_kv_heads
         self.head_dim = h.model_dim // h.num_heads
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
@@ -1071,14 +1064,12 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor], collector: Optional["HessianCollector"] = None) -> Tensor:
-        """A collector gets the input of c_q/c_k/c_v and of proj, computed by the PyTorch forms."""
+        """A collector gets the inputs of c_q/c_k/c_v and proj, from the PyTorch forms."""
         batch, seq_len, _ = x.shape
         if collector is not None:
             collector.add(x, *(self.name + part for part in ("c_q.weight", "c_k.weight", "c_v.weight")))
         if self.qkv_op is not None and collector is None:
-            # one GEMM for q, k and v, then the fused op; K and V come back repeated to all heads (not for FA3,
-            # which takes GQA natively)
-            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads
+            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads  # FA3 takes GQA natively
             plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
             qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
             q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
@@ -1113,8 +1104,7 @@ class BigramHash(nn.Module):
         self.scale = nn.Parameter(torch.tensor(0.05))
 
     def bucket_ids(self, ids: Tensor) -> Tensor:
-        ids32 = ids.to(torch.int32)
-        modulus = self.buckets - 1
+        ids32, modulus = ids.to(torch.int32), self.buckets - 1
         pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
         first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
         return torch.cat((first, pairs), dim=1)
@@ -1148,8 +1138,8 @@ class ValueEmbedding(nn.Module):
         return self.scale * self.proj(self.embed(ids))
 
 class CastedLinear(nn.Linear):
-    """fp32 weight cast to the activation dtype; in training a 0/1 `qat_active` tensor (not a Python flag: no
-    recompile when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
+    """fp32 weight cast to the activation dtype; in training the 0/1 tensor `qat_active` (a tensor: no recompile
+    when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
@@ -1172,9 +1162,8 @@ def rms_norm(x: Tensor) -> Tensor:
 
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype, train_seq_len: int = 1024,
                   bf16: bool = False) -> Tuple[Tensor, ...]:
-    """cos_full, sin_full (T, head_dim) and the pair-swap index, cast to `dtype`. Past the RoPE train length
-    (2026-03-23: 1024, SPEC §4) the base is NTK-rescaled; the angles are fp32, or, with `bf16` and T up to that
-    length, the 2026-04-09 record's (SPEC_0409 §0.7): bf16 positions times bf16 theta, cos and sin in bf16."""
+    """cos_full, sin_full (T, head_dim) in `dtype` and the pair-swap index. Past train_seq_len the base is
+    NTK-rescaled (SPEC §4); angles are fp32, or with `bf16` (SPEC_0409 §0.7) bf16 positions times bf16 theta."""
     if seq_len > train_seq_len:
         base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
     half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
@@ -1183,15 +1172,12 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
     angles = torch.outer(positions, inv_freq.to(angle_dtype))
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
-    cos_full = torch.cat((cos, cos, ones), dim=1)
-    sin_full = torch.cat((sin, -sin, torch.zeros_like(ones)), dim=1)
     dims = torch.arange(head_dim, device=device)
     swap = torch.where(dims < half, dims + half, torch.where(dims < rope_dims, dims - half, dims))
-    return cos_full, sin_full, swap
+    return torch.cat((cos, cos, ones), dim=1), torch.cat((sin, -sin, torch.zeros_like(ones)), dim=1), swap
 
 class _SwapPairsTimes(torch.autograd.Function):
-    """x[..., swap] * table for a swap index that is its own inverse: the backward is the same gather, not the
-    scatter-add autograd would make of an index."""
+    """x[..., swap] * table for a self-inverse swap: the backward is a gather too, not autograd's scatter-add."""
 
     @staticmethod
     def forward(ctx, x: Tensor, table: Tensor, swap: Tensor) -> Tensor:
@@ -1204,9 +1190,7 @@ class _SwapPairsTimes(torch.autograd.Function):
         return (grad * table)[..., swap], None, None
 
 def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor) -> Tensor:
-    """x (B, T, H, D): dims [0, R) rotate as pairs (u = first half, w = second half): u' = u cos + w sin,
-    w' = w cos - u sin; dims [R, D) pass through (cos 1, sin 0). One pointwise expression (no slice or cat), so
-    the compiler fuses it with the RMSNorm before it."""
+    """RoPE on dims [0, R) of x (B, T, H, D) as one pointwise expression (no slice or cat): it fuses with the norm."""
     cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
@@ -1221,9 +1205,8 @@ def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, ga
 def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
               gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
               plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The fused q/k/v op's PyTorch form (its reference) on one projection qkv (B, T, (H + 2 Hkv) D): q =
-    RoPE(rms_norm(q)) * gain, k = RoPE(rms_norm(k)), v (+ value_embed), K and V heads each repeated `repeat` times;
-    and, with plain_v, v once more unrepeated (B, T, Hkv, D) for XSA (else empty)."""
+    """The fused q/k/v op's PyTorch form on qkv (B, T, (H + 2 Hkv) D): RoPE(rms_norm(q)) * gain, RoPE(rms_norm(k)),
+    v + value_embed, K and V repeated `repeat` times, and with plain_v v unrepeated for XSA (else empty)."""
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
     kv_heads = (width // head_dim - num_heads) // 2
@@ -1247,8 +1230,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
-    """XSA, y (B, T, H, D), v (B, T, Hv, D): each head's output loses its component along its (unit) value
-    vector, head h using value head h // (H / Hv)."""
+    """XSA: y (B, T, H, D) minus its component along the unit value v (B, T, Hv, D) of head h // (H / Hv)."""
     batch, seq_len, heads, head_dim = y.shape
     group = heads // v.size(2)
     y = y.view(batch, seq_len, v.size(2), group, head_dim)
@@ -1265,38 +1247,33 @@ def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
 
 
 # ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
-# On CUDA three torch.library.triton_ops (so the compiled graph keeps their kernels) replace PyTorch forms of section 4
+# On CUDA three torch.library.triton_ops (the compiled graph keeps their kernels) replace section 4's PyTorch forms
 # with the same arithmetic as the compiled PyTorch form; bench/NOTES.md has the measurements.
-# - qkv_heads (QK_KERNEL) = qkv_heads() after one GEMM for q, k and v. Per row of head_dim values one kernel computes
-#   RoPE(rms_norm(x)) * gain for q and k, or x + value_embed for v, writes it `repeat` times (the GQA repeat for SDPA)
-#   and v once more unrepeated for XSA; the backward sums the repeats (and XSA's gradient of v) and writes dq, dk, dv
-#   into one (B, T, (H + 2 Hkv) D) gradient, so the projection's backward is one GEMM for dx and one for dW. fp32
-#   inside, the norm rounded to x.dtype before RoPE.
-# - xsa (QK_KERNEL) = exclusive_self_attention(), one kernel per direction over rows of v, each reading its v rows once
-#   and the `group` attention-output rows that use them through their strides (no copy of SDPA's output); u = v /
-#   max(|v|, eps) as F.normalize, with the norm's gradient only where |v| >= eps.
-# - mlp (MLP_KERNEL) = leaky_relu_sq_mlp() with the activation in GEMM epilogues: the up-projection GEMM also writes
-#   act = leaky(h)^2, the backward's d_act = dy W_down GEMM writes dh = d_act * d(leaky(h)^2)/dh (h and d_act rounded
-#   as a GEMM writes them, the activation in fp32); the other three GEMMs stay cuBLAS.
-# Epsilons and the slope are constexpr: a float argument would reach a kernel as fp64 inside torch.compile (inductor
-# types Python floats so) and pull the math into fp64.
+# - qkv_heads (QK_KERNEL) = qkv_heads() after one q/k/v GEMM: per head row, fp32 RoPE(rms_norm(x)) * gain (the norm
+#   rounded to x.dtype before RoPE) or x + value_embed, stored `repeat` times; the backward writes dq, dk, dv into one
+#   (B, T, (H + 2 Hkv) D) gradient, so the projection's backward is one GEMM for dx and one for dW.
+# - xsa (QK_KERNEL) = exclusive_self_attention(): per row of v, the `group` output rows that use it, read through
+#   their strides (no copy of SDPA's output).
+# - mlp (MLP_KERNEL) = leaky_relu_sq_mlp() with the activation in GEMM epilogues (fp32, on h and d_act rounded as a
+#   GEMM writes them): the up GEMM also writes leaky(h)^2, the d_act = dy W_down GEMM writes dh; the rest is cuBLAS.
+# Epsilons and the slope are constexpr: inductor passes a Python float to a kernel as fp64, pulling the math into fp64.
 if triton is not None:
     @triton.jit
-    def _qk_rows(row_start, rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
-                 ROPE: tl.constexpr, BLOCK_R: tl.constexpr):
-        r = row_start + tl.arange(0, BLOCK_R)  # rows of (B, T, H) with the head fastest
+    def _qk_rows(rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
+                 BLOCK_R: tl.constexpr):
+        """This program's rows r of (B, T, H) (head fastest), columns, RoPE's swap, row masks, head, t, b."""
+        r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         d = tl.arange(0, HEAD_DIM)
         swap = tl.where(d < HALF, d + HALF, tl.where(d < ROPE, d - HALF, d))
-        return r, d, swap, r < rows, r % heads, (r // heads) % seq_len, r // (heads * seq_len)
+        ok = r < rows
+        return r, d, swap, ok, ok[:, None], r % heads, (r // heads) % seq_len, r // (heads * seq_len)
 
     @triton.jit
     def _qkv_heads_fwd(x_ptr, cos_ptr, sin_ptr, gain_ptr, add_ptr, out_ptr, plain_ptr, rows, heads, seq_len,
                        column, sxb, sxt, sxh, repeat, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
                        ROPE: tl.constexpr, NORM_ROPE: tl.constexpr, HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr,
                        HAS_PLAIN: tl.constexpr, BLOCK_R: tl.constexpr):
-        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
-                                           BLOCK_R)
-        ok2 = ok[:, None]
+        r, d, swap, ok, ok2, h, t, b = _qk_rows(rows, heads, seq_len, HEAD_DIM, HALF, ROPE, BLOCK_R)
         x_row = x_ptr + (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         x = tl.load(x_row + d[None, :], mask=ok2, other=0.0).to(tl.float32)
         if NORM_ROPE:
@@ -1328,11 +1305,8 @@ if triton is not None:
                        HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr, NORM_ROPE: tl.constexpr,
                        HAS_GAIN: tl.constexpr, HAS_ADD: tl.constexpr, HAS_PLAIN: tl.constexpr,
                        BLOCK_R: tl.constexpr):
-        """x and dx: the projection and its gradient, same strides, this part's columns from `column` on; dplain
-        (contiguous): the gradient of the unrepeated v, added to the repeats' sum."""
-        r, d, swap, ok, h, t, b = _qk_rows(tl.program_id(0) * BLOCK_R, rows, heads, seq_len, HEAD_DIM, HALF, ROPE,
-                                           BLOCK_R)
-        ok2 = ok[:, None]
+        """x, dx: the projection and its gradient (same strides, this part from `column`); dplain: unrepeated v's."""
+        r, d, swap, ok, ok2, h, t, b = _qk_rows(rows, heads, seq_len, HEAD_DIM, HALF, ROPE, BLOCK_R)
         x_offset = (b.to(tl.int64) * sxb + t * sxt + h * sxh + column)[:, None]
         dy = tl.zeros((BLOCK_R, HEAD_DIM), dtype=tl.float32)
         dy_row = dy_ptr + (b.to(tl.int64) * syb + t * syt + h * repeat * syh)[:, None]
@@ -1369,9 +1343,8 @@ if triton is not None:
 
     @triton.jit
     def _xsa_rows(rows, v_heads, seq_len, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
-        """This program's rows r of v (B, T, Hv, D) as (b, t, value head), r, the columns and the mask. No pointer
-        goes in: torch.compile's mutation analysis would count any pointer a store's address depends on as
-        written, and copy that tensor before every call."""
+        """(b, t, value head, row, columns, mask) of this program's rows of v (B, T, Hv, D). No pointer goes in:
+        inductor counts a pointer that a store address depends on as written, and copies it before every call."""
         r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
         return r // (v_heads * seq_len), (r // v_heads) % seq_len, r % v_heads, r, tl.arange(0, HEAD_DIM), \
             (r < rows)[:, None]
@@ -1399,8 +1372,8 @@ if triton is not None:
     @triton.jit
     def _xsa_bwd(dout_ptr, y_ptr, v_ptr, dy_ptr, dv_ptr, rows, v_heads, seq_len, group, syb, syt, syh, syd, sgb,
                  sgt, sgh, sgd, EPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_R: tl.constexpr):
-        """out = y - (y.u) u: dy = g - (g.u) u; du = -((g.u) y + (y.u) g), summed over the group; then through
-        u = v / max(|v|, eps). y and dy: same strides; g (dout): its own; v and dv contiguous."""
+        """out = y - (y.u) u: dy = g - (g.u) u, du = -group sum of ((g.u) y + (y.u) g), then through u = v / max(|v|,
+        eps) (no radial term where |v| < eps). y, dy: same strides; g (dout) its own; v, dv contiguous."""
         b, t, hv, r, d, ok2 = _xsa_rows(rows, v_heads, seq_len, HEAD_DIM, BLOCK_R)
         v = tl.load(v_ptr + (r * HEAD_DIM)[:, None] + d[None, :], mask=ok2, other=0.0).to(tl.float32)
         unit, norm, length = _xsa_unit(v, EPS)
@@ -1432,8 +1405,7 @@ if triton is not None:
     @triton.jit
     def _mlp_gemm(a_ptr, b_ptr, M, N, K, stride_am, stride_bk, stride_bn, rm, rn, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-        """fp32 tile of A (M, K; unit column stride) @ B (K, N; any strides), K a multiple of BLOCK_K. Rows and
-        columns past the edge read clamped indices (their results are masked at the store)."""
+        """fp32 tile of A (M, K; unit column stride) @ B (K, N), K % BLOCK_K == 0; edges read clamped indices."""
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + (rm % M).to(tl.int64)[:, None] * stride_am + rk[None, :]
         b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N)[None, :] * stride_bn
@@ -1482,15 +1454,13 @@ if triton is not None:
 
 QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
 XSA_EPS = 1e-12  # F.normalize's default
-# The MLP GEMMs' launch configurations, the fastest of bench/mlp_kernel.py's sweep on an H100 at the record shape;
-# PROGRAMS_PER_SM 0 launches one program per tile, n > 0 makes the kernel persistent (n programs per SM).
+# bench/mlp_kernel.py's fastest on H100; PROGRAMS_PER_SM n > 0: persistent, n per SM; 0: one program per tile
 MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, PROGRAMS_PER_SM=1)
 MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
 
 def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
                        grad_fn: Callable) -> Callable:
-    """torch.ops.pgolf.<name> with its backward as torch.ops.pgolf.<name>_backward, both `torch.library.triton_op`s
-    (so the compiled graph keeps their kernels), registered once per process (reloading this file reuses them)."""
+    """torch.ops.pgolf.<name> and <name>_backward as triton_ops, registered once per process (a reload reuses them)."""
     if triton is None:
         raise RuntimeError("%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name)
     namespace = torch.ops.pgolf
@@ -1500,18 +1470,22 @@ def register_triton_op(name: str, env_name: str, forward: Callable, backward: Ca
         op.register_autograd(grad_fn, setup_context=setup_context)
     return getattr(namespace, name)
 
-def _qkv_parts(qkv: Tensor, head_dim: int, num_heads: int) -> tuple:
-    """(heads, column offset) of q, k and v inside the fused projection's last dimension."""
+def _qkv_launches(qkv: Tensor, head_dim: int, num_heads: int, rope_dims: int, has_value_embed: bool,
+                  plain_v: bool) -> list:
+    """Per part q, k, v: (heads, its first column in qkv's last dimension, rows, grid, kernel meta)."""
     kv_heads = (qkv.size(-1) // head_dim - num_heads) // 2
     if qkv.size(-1) != (num_heads + 2 * kv_heads) * head_dim or kv_heads < 1:
         raise ValueError("fused q/k/v op: projection width %d is not (num_heads=%d + 2 * kv_heads) * head_dim=%d"
                          % (qkv.size(-1), num_heads, head_dim))
-    return (num_heads, 0), (kv_heads, num_heads * head_dim), (kv_heads, (num_heads + kv_heads) * head_dim)
-
-def _qkv_launch(qkv: Tensor, heads: int, rope_dims: int, head_dim: int) -> tuple:
-    rows = qkv.size(0) * qkv.size(1) * heads
-    return rows, dict(HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, BLOCK_R=QK_BLOCK_ROWS,
-                      num_warps=QK_NUM_WARPS), (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+    launches = []
+    for part, (heads, column) in enumerate(((num_heads, 0), (kv_heads, num_heads * head_dim),
+                                            (kv_heads, (num_heads + kv_heads) * head_dim))):
+        rows = qkv.size(0) * qkv.size(1) * heads
+        meta = dict(EPS=RMS_NORM_EPS, HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, NORM_ROPE=part < 2,
+                    HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, HAS_PLAIN=part == 2 and plain_v,
+                    BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
+        launches.append((heads, column, rows, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),), meta))
+    return launches
 
 def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
                        gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
@@ -1519,19 +1493,16 @@ def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Ten
     qkv = qkv.contiguous()
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
-    parts = _qkv_parts(qkv, head_dim, num_heads)
-    plain = qkv.new_empty((batch, seq_len, parts[2][0], head_dim) if plain_v else (0,))
+    launches = _qkv_launches(qkv, head_dim, num_heads, rope_dims, value_embed is not None, plain_v)
+    plain = qkv.new_empty((batch, seq_len, launches[2][0], head_dim) if plain_v else (0,))
+    add = qkv if value_embed is None else value_embed.contiguous()  # qkv: unread, HAS_ADD is off
     outputs = []
-    for part, (heads, column) in enumerate(parts):
-        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+    for part, (heads, column, rows, grid, meta) in enumerate(launches):
         times = 1 if part == 0 else repeat
-        out = qkv.new_empty(batch, seq_len, heads * times, head_dim)
-        add = value_embed.contiguous() if part == 2 and value_embed is not None else None
+        outputs.append(qkv.new_empty(batch, seq_len, heads * times, head_dim))
         torch.library.wrap_triton(_qkv_heads_fwd)[grid](
-            qkv, cos_full, sin_full, gain, qkv if add is None else add, out, plain, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, times, EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0,
-            HAS_ADD=add is not None, HAS_PLAIN=part == 2 and plain_v, **meta)
-        outputs.append(out)
+            qkv, cos_full, sin_full, gain, add if part == 2 else qkv, outputs[-1], plain, rows, heads, seq_len,
+            column, seq_len * width, width, head_dim, times, **meta)
     return tuple(outputs) + (plain,)
 
 def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv: Tensor, cos_full: Tensor,
@@ -1541,18 +1512,15 @@ def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv
     qkv = qkv.contiguous()
     batch, seq_len, width = qkv.shape
     head_dim = cos_full.size(1)
+    launches = _qkv_launches(qkv, head_dim, num_heads, rope_dims, has_value_embed, plain_v)
     d_qkv = qkv.new_empty(qkv.shape)
-    parts = _qkv_parts(qkv, head_dim, num_heads)
-    d_add = qkv.new_empty(batch, seq_len, parts[2][0] * head_dim if has_value_embed else 0)
+    d_add = qkv.new_empty(batch, seq_len, launches[2][0] * head_dim if has_value_embed else 0)
     d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
     d_plain = d_plain.contiguous()
-    for part, ((heads, column), grad) in enumerate(zip(parts, (dq, dk, dv))):
-        rows, meta, grid = _qkv_launch(qkv, heads, rope_dims, head_dim)
+    for part, ((heads, column, rows, grid, meta), grad) in enumerate(zip(launches, (dq, dk, dv))):
         torch.library.wrap_triton(_qkv_heads_bwd)[grid](
             qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat,
-            EPS=RMS_NORM_EPS, NORM_ROPE=part < 2, HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed,
-            HAS_PLAIN=part == 2 and plain_v, **meta)
+            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat, **meta)
     return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
 
 def _qkv_setup_context(ctx, inputs, output) -> None:
@@ -1572,32 +1540,28 @@ def fused_qkv_heads_op() -> Callable:
                               _qkv_setup_context, _qkv_grad)
 
 def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
-    """(positional arguments, meta, grid) shared by both kernels: v made contiguous, y read through its strides."""
+    """(y, contiguous v, output with y's strides, args, meta, grid); y is copied where empty_like can't keep them."""
     if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
             or y.size(2) % v.size(2):
         raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
                          % (tuple(y.shape), tuple(v.shape)))
-    rows = v.numel() // v.size(-1)
-    meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
-    return (rows, v.size(2), v.size(1), y.size(2) // v.size(2)), meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
-
-def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
-    v = v.contiguous()
-    out = torch.empty_like(y)  # y's strides (dense layouts keep them)
+    out = torch.empty_like(y)
     if out.stride() != y.stride():
         y = y.contiguous()
         out = torch.empty_like(y)
-    args, meta, grid = _xsa_launch(y, v)
+    rows = v.numel() // v.size(-1)
+    meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
+    args = (rows, v.size(2), v.size(1), y.size(2) // v.size(2))
+    return y, v.contiguous(), out, args, meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+
+def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
+    y, v, out, args, meta, grid = _xsa_launch(y, v)
     torch.library.wrap_triton(_xsa_fwd)[grid](y, v, out, *args, *y.stride(), **meta)
     return out
 
 def _xsa_backward(grad: Tensor, y: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-    v = v.contiguous()
-    dy, dv = torch.empty_like(y), torch.empty_like(v)
-    if dy.stride() != y.stride():
-        y = y.contiguous()
-        dy = torch.empty_like(y)
-    args, meta, grid = _xsa_launch(y, v)
+    y, v, dy, args, meta, grid = _xsa_launch(y, v)
+    dv = torch.empty_like(v)
     torch.library.wrap_triton(_xsa_bwd)[grid](grad, y, v, dy, dv, *args, *y.stride(), *grad.stride(), **meta)
     return dy, dv
 
@@ -1612,8 +1576,7 @@ def fused_xsa_op() -> Callable:
     return register_triton_op("xsa", "QK_KERNEL", _xsa_forward, _xsa_backward, _xsa_setup_context, _xsa_grad)
 
 def _mlp_launch(launch: dict, a: Tensor, b: Tensor, outer: int) -> tuple:
-    """(grid, meta) for A (M, K) times B into (M, outer) tiles. fp32 inputs multiply in full fp32 ("ieee"),
-    never silently in TF32."""
+    """(grid, meta) for A (M, K) times B into (M, outer) tiles; fp32 multiplies in full fp32 ("ieee"), not TF32."""
     if a.dtype != b.dtype or a.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError("fused MLP op: activations %s and weights %s, expected one of bfloat16/float16/float32 "
                          "for both" % (a.dtype, b.dtype))
@@ -1638,8 +1601,7 @@ def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> 
     torch.library.wrap_triton(_mlp_up_act_fwd)[grid](
         rows, w_up, hidden, act, rows.size(0), hidden_dim, dim, rows.stride(0), w_up.stride(0), STORE_H=save_hidden,
         **meta)
-    out = torch.mm(act, w_down.t())
-    return out.view(*x.shape[:-1], w_down.size(0)), hidden, act
+    return torch.mm(act, w_down.t()).view(*x.shape[:-1], w_down.size(0)), hidden, act
 
 def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden: Tensor, act: Tensor,
                   need_x: bool, need_w_up: bool, need_w_down: bool) -> Tuple[Tensor, Tensor, Tensor]:
@@ -1671,8 +1633,7 @@ def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
     return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
 
 def fused_mlp_op() -> Callable:
-    """leaky_relu_sq_mlp() through torch.ops.pgolf.mlp (which also returns the hidden layers it saves for backward,
-    written only under autograd); differentiable in x, w_up and w_down."""
+    """leaky_relu_sq_mlp() via torch.ops.pgolf.mlp (which also returns the hidden layers it saves under autograd)."""
     op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
 
     def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
@@ -1680,9 +1641,8 @@ def fused_mlp_op() -> Callable:
     return mlp
 
 def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
-    """The one start-up choice: {"attention"|"qk"|"mlp": (choice, reason)} for ATTN_BACKEND, QK_KERNEL, MLP_KERNEL.
-    A candidate is used only if its probe (forward + backward at the model's head counts, GQA repeat and MLP
-    width) passes; a forced one that cannot run is an error."""
+    """The one start-up choice, {"attention"|"qk"|"mlp": (choice, reason)}: a fused op only if its fwd+bwd probe at
+    the model's head counts, GQA repeat and MLP width passes; a forced one that cannot run is an error."""
     head_dim, device = h.model_dim // h.num_heads, dist_info.device
     attention = select_attention_backend(h, dist_info)
     repeat = 1 if attention[0] == "fa3" else h.num_heads // h.num_kv_heads  # as CausalSelfAttention calls the op
@@ -1699,12 +1659,8 @@ def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch
     for block in model.blocks:
         block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
 
-_SDPA_FLAGS = {"cudnn": (True, False, False, False), "flash": (False, True, False, False),
-               "efficient": (False, False, True, False), "math": (False, False, False, True)}
-
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """FA3 on Hopper, else the first SDPA backend passing a fwd+bwd probe (cuDNN first on Hopper, where it is faster
-    than flash); ATTN_BACKEND forces one."""
+    """FA3 on Hopper, else the first SDPA backend whose probe passes (Hopper: cuDNN before flash), or ATTN_BACKEND."""
     if not dist_info.is_cuda:
         if h.attn_backend not in ("auto", "math"):
             raise ConfigError(["ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend])
@@ -1725,25 +1681,23 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
     raise RunFailure("no attention backend works on this GPU: " + "; ".join(failures))
 
 def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
-    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled."""
+    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled (and stays so)."""
     if backend == "fa3":
         if _flash_attn_func is None:
             raise ImportError("flash_attn_interface not importable")
         if torch.cuda.get_device_capability(device)[0] != 9:
             raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
     else:
-        cudnn, flash, efficient, math_sdp = _SDPA_FLAGS.get(backend, (False, False, False, False))
-        torch.backends.cuda.enable_cudnn_sdp(cudnn)
-        torch.backends.cuda.enable_flash_sdp(flash)
-        torch.backends.cuda.enable_mem_efficient_sdp(efficient)
-        torch.backends.cuda.enable_math_sdp(math_sdp)
+        torch.backends.cuda.enable_cudnn_sdp(backend == "cudnn")
+        torch.backends.cuda.enable_flash_sdp(backend == "flash")
+        torch.backends.cuda.enable_mem_efficient_sdp(backend == "efficient")
+        torch.backends.cuda.enable_math_sdp(backend == "math")
     q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
     torch.cuda.synchronize(device)
 
 def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
-    """(kernel, reason) for a fused op: on CUDA "triton" when Triton imports and `probe` passes, else "torch" (the
-    PyTorch form); `setting` triton/torch forces one, and a forced triton that cannot run is an error."""
+    """(kernel, reason): on CUDA "triton" if `probe` passes, else "torch"; a forced triton that fails is an error."""
     if setting == "torch":
         return "torch", "forced by %s" % env_name
     if setting == "auto" and not dist_info.is_cuda:
@@ -1759,9 +1713,7 @@ def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_i
 
 def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int = 2, kv_heads: int = 1,
                      repeat: int = 2) -> None:
-    """The fused q/k/v op vs qkv_heads() on 2 x 16 tokens of the given head counts and GQA repeat, with a value
-    embedding and the unrepeated v (all four outputs and the gradients of qkv, value_embed and gain, fp32), then
-    the fused XSA op vs exclusive_self_attention() at those head counts."""
+    """The fused q/k/v and XSA ops vs their PyTorch forms (fp32, 2 x 16 tokens, value embedding, unrepeated v)."""
     if head_dim & (head_dim - 1):
         raise ValueError("head_dim=%d is not a power of two" % head_dim)
     generator = torch.Generator().manual_seed(0)
@@ -1783,25 +1735,21 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_he
                    lambda: exclusive_self_attention(y, v), (y, v), grads[0], 1e-4, 1.0)
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int = 0) -> None:
-    """The fused MLP op vs leaky_relu_sq_mlp() in bf16 on a ragged row count (masked edge tiles), at the model's
-    widths (hidden_dim 0: 3 x model_dim), forward and all three gradients; the tolerance covers bf16 rounding of the
-    hidden layer, not a wrong activation or transpose."""
+    """The fused MLP op vs leaky_relu_sq_mlp(), bf16, 200 rows (masked edge tiles); 3e-2 covers bf16 rounding only."""
     generator = torch.Generator().manual_seed(0)
     hidden_dim = hidden_dim or 3 * model_dim
 
     def make(*shape, scale=1.0):
         return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
     x, grad = make(1, 200, model_dim), make(1, 200, model_dim)
-    w_up, w_down = make(hidden_dim, model_dim, scale=model_dim ** -0.5), make(model_dim, hidden_dim,
-                                                                             scale=hidden_dim ** -0.5)
-    inputs = (x, w_up, w_down)
+    inputs = (x, make(hidden_dim, model_dim, scale=model_dim ** -0.5),
+              make(model_dim, hidden_dim, scale=hidden_dim ** -0.5))
     _require_close("fused MLP kernel", ("forward", "dx", "dw_up", "dw_down"), lambda: fused_mlp_op()(*inputs),
                    lambda: leaky_relu_sq_mlp(*(t.float() for t in inputs)), inputs, grad, 3e-2, 0.0)
 
 def _require_close(what: str, names: Sequence[str], fused: Callable, reference: Callable, inputs: tuple, grads,
                    tolerance: float, floor: float) -> None:
-    """The probes' check: each output of fused() and each gradient of `inputs` (upstream `grads`) within
-    tolerance * max(floor, largest |reference value|) of reference()'s, else a RuntimeError naming it."""
+    """Each output and input gradient of fused() within tolerance * max(floor, max |reference|) of reference()'s."""
     results = []
     for run in (fused, reference):
         outputs = run()
