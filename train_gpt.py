@@ -2892,8 +2892,7 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
     return sha256, "tokenizer %r of %s" % (name, path)
 
 def load_tokenizer(h: Hyperparameters, logger):
-    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards (else val_bpb is
-    silently wrong)."""
+    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards."""
     try:
         import sentencepiece as spm
     except ImportError:
