@@ -1765,10 +1765,8 @@ def _require_close(what: str, names: Sequence[str], fused: Callable, reference: 
 def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
     """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
     a, b, c = 3.4445, -4.7750, 2.0315
-    x = matrices
-    transposed = x.size(-2) > x.size(-1)
-    if transposed:
-        x = x.mT
+    transposed = matrices.size(-2) > matrices.size(-1)
+    x = matrices.mT if transposed else matrices
     x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
     for _ in range(steps):
         gram = x @ x.mT
@@ -1776,92 +1774,69 @@ def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
     return x.mT if transposed else x
 
 class ParallelMuon(torch.optim.Optimizer):
-    """Muon on the banks with the record's communication overlap (SPEC §5), no DDP. launch_reduce_scatter(): each
-    bank's grad into a zero-padded buffer (rows a multiple of the world size), async reduce-scatter (AVG), largest
-    bank first; meanwhile the caller all-reduces the small grads and steps Adam. step(), per bank: wait for its shard,
-    Nesterov momentum, MuonEq-R's row normalisation if on, NS5 on this rank's rows, async all-gather of the update,
-    and apply the previous bank's update while this one is in flight. Momentum lives in the shard; banks stay
-    bit-identical across ranks. This is the 04-09 record's per-matrix Muon (SPEC_0409 §5: every matrix's update is
-    computed once, by its owner, from the averaged gradient, and reaches every rank): each bank row is one matrix,
-    NS5, its norm and the row normalisation act per matrix, so only which rank owns a matrix differs."""
+    """Muon on the banks, no DDP; each bank row is one matrix (SPEC_0409 §5). Overlap (SPEC §5):
+    launch_reduce_scatter() starts async AVG reduce-scatters of the zero-padded grads, largest bank first, while the
+    caller steps Adam; step(), per bank: wait for its shard, Nesterov, MuonEq-R if on, NS5 on this rank's rows, async
+    all-gather, and apply the previous bank's update meanwhile. Banks stay bit-identical across ranks."""
 
     def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
                  weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype, row_normalize: bool = False,
                  update_dtype: Optional[torch.dtype] = None):
-        ordered = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
-        super().__init__(ordered, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
-        self.dist_info, self.backend_steps, self.work_dtype = dist_info, backend_steps, work_dtype
-        self.row_normalize, self.update_dtype = row_normalize, update_dtype or work_dtype
-        self.banks = ordered
-        self._buffers: Dict[int, Dict[str, Tensor]] = {}
-        self._reduce_handles: List = []
-
-    def _bank_buffers(self, bank: Tensor) -> Dict[str, Tensor]:
-        buffers = self._buffers.get(id(bank))
-        if buffers is None:
-            world = self.dist_info.world_size
-            padded_rows = ceil_div(bank.size(0), world) * world
-            shape = (padded_rows,) + tuple(bank.shape[1:])
-            padded = torch.zeros(shape, dtype=self.work_dtype, device=bank.device)
-            if self.dist_info.distributed:
-                shard = torch.empty((padded_rows // world,) + shape[1:], dtype=self.work_dtype, device=bank.device)
-                gathered = torch.empty_like(padded, dtype=self.update_dtype)
-            else:
-                shard, gathered = padded, None
-            buffers = self._buffers[id(bank)] = {"padded": padded, "shard": shard, "gathered": gathered}
-        return buffers
+        self.banks = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
+        super().__init__(self.banks, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
+        self.dist_info, self.backend_steps, self.row_normalize = dist_info, backend_steps, row_normalize
+        self.update_dtype = update_dtype or work_dtype
+        self.padded, self.shards, self.gathered, self.reduce_handles = [], [], [], []
+        world = dist_info.world_size
+        for bank in self.banks:  # rows padded to a multiple of the world size; one process: the shard is all rows
+            padded = torch.zeros((ceil_div(bank.size(0), world) * world,) + bank.shape[1:], dtype=work_dtype,
+                                 device=bank.device)
+            self.padded.append(padded)
+            self.shards.append(padded.new_empty((padded.size(0) // world,) + bank.shape[1:]) if world > 1 else padded)
+            self.gathered.append(torch.empty_like(padded, dtype=self.update_dtype) if world > 1 else None)
 
     @torch.no_grad()
     def launch_reduce_scatter(self) -> None:
-        self._reduce_handles = []
-        for bank in self.banks:
-            buffers = self._bank_buffers(bank)
-            buffers["padded"][:bank.size(0)].copy_(bank.grad)  # pad rows stay zero: NS5 keeps them zero
-            handle = None
-            if self.dist_info.distributed:
-                handle = dist.reduce_scatter_tensor(buffers["shard"], buffers["padded"], op=dist.ReduceOp.AVG,
-                                                    async_op=True)
-            self._reduce_handles.append(handle)
+        self.reduce_handles = []
+        for bank, padded, shard in zip(self.banks, self.padded, self.shards):
+            padded[:bank.size(0)].copy_(bank.grad)  # pad rows stay zero: NS5 keeps them zero
+            self.reduce_handles.append(dist.reduce_scatter_tensor(shard, padded, op=dist.ReduceOp.AVG, async_op=True)
+                                       if self.dist_info.distributed else None)
 
     def reduced_shards(self) -> List[Tensor]:
         """This rank's rows of every bank's averaged gradient, once the reduce-scatters are done (clipping)."""
-        for handle in self._reduce_handles:
+        for handle in self.reduce_handles:
             if handle is not None:
                 handle.wait()
-        self._reduce_handles = [None] * len(self._reduce_handles)
-        return [self._buffers[id(bank)]["shard"] for bank in self.banks]
+        self.reduce_handles = [None] * len(self.banks)
+        return self.shards
 
     @torch.no_grad()
     def step(self, closure=None) -> None:
-        if len(self._reduce_handles) != len(self.banks):
+        if len(self.reduce_handles) != len(self.banks):
             raise RuntimeError("ParallelMuon.step() needs launch_reduce_scatter() after each backward")
-        group = self.param_groups[0]
-        pending = None
-        for bank, reduce_handle in zip(self.banks, self._reduce_handles):
-            buffers = self._buffers[id(bank)]
+        group, pending = self.param_groups[0], None
+        for bank, shard, gathered, reduce_handle in zip(self.banks, self.shards, self.gathered, self.reduce_handles):
             if reduce_handle is not None:
                 reduce_handle.wait()
-            shard = buffers["shard"]
             state = self.state[bank]
             if "momentum" not in state:
                 state["momentum"] = torch.zeros_like(shard)
-            momentum = state["momentum"]
-            momentum.mul_(group["momentum"]).add_(shard)
-            nesterov = shard.add(momentum, alpha=group["momentum"])
+            state["momentum"].mul_(group["momentum"]).add_(shard)
+            nesterov = shard.add(state["momentum"], alpha=group["momentum"])
             if self.row_normalize:  # MuonEq-R (SPEC_0409 §5): in fp32, after Nesterov, before NS5
                 nesterov = nesterov.float()
                 nesterov = nesterov / nesterov.norm(dim=-1, keepdim=True).clamp_min(1e-7)
             update = newton_schulz5(nesterov.to(self.update_dtype), self.backend_steps)
             gather_handle = None
-            if self.dist_info.distributed:
-                gather_handle = dist.all_gather_into_tensor(buffers["gathered"], update, async_op=True)
-                update = buffers["gathered"]
+            if gathered is not None:
+                gather_handle = dist.all_gather_into_tensor(gathered, update, async_op=True)
+                update = gathered
             if pending is not None:
                 self._apply(group, *pending)
             pending = (bank, update, gather_handle)
-        if pending is not None:
-            self._apply(group, *pending)
-        self._reduce_handles = []
+        self._apply(group, *pending)
+        self.reduce_handles = []
 
     @staticmethod
     def _apply(group: dict, bank: Tensor, update: Tensor, gather_handle) -> None:
@@ -1872,15 +1847,14 @@ class ParallelMuon(torch.optim.Optimizer):
         bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
 
 class Optimizers:
-    """Muon for the banks; AdamW for embeddings (one group each) and for scalars/small matrices; plain Adam for an
-    untied head. `step` follows the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
+    """Muon for the banks; AdamW for the embeddings (a group each) and the scalars/small matrices; Adam for an untied
+    head. step() keeps the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
 
     def __init__(self, h: Hyperparameters, model: GPT, dist_info: DistInfo):
         self.dist_info = dist_info
         banks = [model.qo_bank, model.kv_bank, model.mlp_up_bank, model.mlp_down_bank]
-        embeddings = [model.tok_emb.weight] + ([model.bigram.embed.weight] if model.bigram is not None else [])
-        if model.ve_shared is not None:
-            embeddings.append(model.ve_shared.embed.weight)
+        embeddings = [model.tok_emb.weight] + [table.embed.weight for table in (model.bigram, model.ve_shared)
+                                               if table is not None]
         head = [model.lm_head.weight] if model.lm_head is not None else []
         special = {id(p) for p in banks + embeddings + head}
         scalars = [p for p in model.parameters() if id(p) not in special]
@@ -1891,11 +1865,9 @@ class Optimizers:
                               weight_decay=h.embed_wd, **adam_args),
             torch.optim.AdamW([dict(params=scalars, lr=h.scalar_lr, base_lr=h.scalar_lr)],
                               weight_decay=h.adam_wd, **adam_args),
-        ]
-        if head:
-            self.adams.append(torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args))
-        # bf16 (2026-03-23): reduce-scatter, momentum and update in bf16; fp32 (2026-04-09: DDP's fp32 grads):
-        # reduce-scatter and momentum in fp32, NS5 and the gathered update in bf16 as there. CPU: fp32 throughout.
+        ] + ([torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args)] if head else [])
+        # MUON_DTYPE: reduce-scatter and momentum in bf16 (03-23) or fp32 (04-09's DDP); NS5 and the gathered update
+        # in bf16 on CUDA either way; fp32 throughout on the CPU.
         work_dtype = torch.float32 if h.muon_dtype == "fp32" or not dist_info.is_cuda else torch.bfloat16
         self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
                                  work_dtype, h.muon_row_normalize, torch.bfloat16 if dist_info.is_cuda else None)
@@ -1921,9 +1893,8 @@ class Optimizers:
 
     @torch.no_grad()
     def clip_reduced_grads(self) -> None:
-        """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads, as the 04-09 record after DDP. The banks'
-        averaged grads are split over the ranks (disjoint rows, pad rows zero): their squared norms are summed over
-        ranks, the replicated grads' (the same on every rank) added once."""
+        """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads (04-09, after DDP). The banks' squared norms
+        are summed over their rank shards (pad rows zero), the replicated grads' added once."""
         shards, grads = self.muon.reduced_shards(), [param.grad for param in self.replicated_params]
         banked = all_reduce_(torch.stack(torch._foreach_norm(shards)).float().square().sum(), self.dist_info, "sum")
         total = (banked + torch.stack(torch._foreach_norm(grads)).float().square().sum()).sqrt()
@@ -1939,20 +1910,18 @@ def training_fraction(h: Hyperparameters, step: int, elapsed_ms: float) -> float
     return elapsed_ms / h.train_budget_ms if h.train_budget_ms is not None else step / max(h.iterations, 1)
 
 def lr_scale_at(h: Hyperparameters, step: int, elapsed_ms: float) -> float:
-    """Warmdown multiplier, at least MIN_LR once the warmdown has begun. WARMDOWN_FRAC: linear to 0 over the last
-    fraction of training; WARMDOWN_ITERS: over the last that many steps (when capped: average steps of time)."""
+    """Warmdown multiplier (>= MIN_LR once begun): linear to 0 over the last WARMDOWN_FRAC of training, else over the
+    last WARMDOWN_ITERS steps (when capped: that many average steps of time)."""
     if h.warmdown_frac > 0:
         frac = training_fraction(h, step, elapsed_ms)
         return 1.0 if frac < 1.0 - h.warmdown_frac else max((1.0 - frac) / h.warmdown_frac, h.min_lr)
     if h.warmdown_iters <= 0:
         return 1.0
     if h.train_budget_ms is None:
-        if step < h.iterations - h.warmdown_iters:
-            return 1.0
-        return max((h.iterations - step) / h.warmdown_iters, h.min_lr)
-    warmdown_ms = h.warmdown_iters * (elapsed_ms / max(step, 1))
-    remaining_ms = max(h.train_budget_ms - elapsed_ms, 0.0)
-    return max(remaining_ms / max(warmdown_ms, 1e-9), h.min_lr) if remaining_ms <= warmdown_ms else 1.0
+        remaining, warmdown = h.iterations - step, h.warmdown_iters
+    else:
+        remaining, warmdown = max(h.train_budget_ms - elapsed_ms, 0.0), h.warmdown_iters * (elapsed_ms / max(step, 1))
+    return 1.0 if remaining > warmdown else max(remaining / max(warmdown, 1e-9), h.min_lr)
 
 def muon_momentum_at(h: Hyperparameters, step: int) -> float:
     frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
@@ -2032,15 +2001,12 @@ def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
             base[token_id] = 1
             continue
         piece = sp.id_to_piece(token_id)
-        if piece.startswith("\u2581"):
-            space[token_id] = True
-            piece = piece[1:]
-        base[token_id] = len(piece.encode("utf-8"))
+        space[token_id] = piece.startswith("\u2581")
+        base[token_id] = len(piece.removeprefix("\u2581").encode("utf-8"))
     return ByteTables(*(torch.from_numpy(table).to(device) for table in (base, space, boundary)))
 
 def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
-    """Bytes each target token adds to the text: its own bytes, plus 1 for a leading space unless it follows a
-    boundary token (where the decoder drops that space)."""
+    """Bytes each target adds: its own, plus 1 for a leading space unless it follows a boundary token."""
     extra = tables.has_leading_space[target_ids] & ~tables.is_boundary[prev_ids]
     return tables.base_bytes[target_ids] + extra.to(torch.int64)
 
@@ -2060,11 +2026,11 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     usable = ((tokens.size - 1) // seq_len) * seq_len
     if usable <= 0:
         raise DataError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
-                         % (h.val_files, tokens.size, seq_len))
+                        % (h.val_files, tokens.size, seq_len))
     too_large = int(tokens[:usable + 1].max())
     if too_large >= h.vocab_size:
         raise DataError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
-                         % (h.val_files, too_large, h.vocab_size))
+                        % (h.val_files, too_large, h.vocab_size))
     tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
     tables = ByteTables(*(t.to(device) for t in astuple(tables_cpu)))
     return ValidationData(tokens[:usable + 1], tables, tables_cpu)
@@ -2079,20 +2045,17 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
-    """SPEC §8 plain eval, periodic and final: non-overlapping sequences of seq_len (default TRAIN_SEQ_LEN) split
-    contiguously over ranks, fed by the val feeder. loss_sum(x, y) is a batch's fp64 nll sum: by default the
-    training forward's batch mean times its targets, in batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps)
-    tokens. Target bytes are counted on the host copies (VAL_BYTECOUNT_DEVICE=cpu) or on the device: same sums."""
+    """SPEC §8 plain eval, periodic and final: non-overlapping sequences of seq_len (TRAIN_SEQ_LEN), split
+    contiguously over ranks, through the val feeder. loss_sum(x, y): a batch's fp64 nll sum (default: the training
+    forward's mean times its targets, batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps) tokens)."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
     loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
     specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
-
     def build(spec):
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
-
     sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
@@ -2101,7 +2064,7 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
                 batch_nll = loss_sum(x, y)
             sums[0] += batch_nll
             sums[1] += y.numel()
-            if h.val_bytecount_device == "cpu":
+            if h.val_bytecount_device == "cpu":  # the same sums, counted on the host copies
                 host_bytes += int(count_target_bytes(x_cpu, y_cpu, val.tables_cpu).sum())
             else:
                 sums[2] += count_target_bytes(x, y, val.tables).sum().double()
@@ -2120,8 +2083,7 @@ def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
     return model.forward_hidden
 
 def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
-    """plain_eval's loss_sum through the scoring forward of the final evals: per-target nll summed in fp64, each
-    batch padded to `rows` sequences so the compiled forward keeps one shape."""
+    """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences."""
     def loss_sum(x: Tensor, y: Tensor) -> Tensor:
         logits = model.logits_from_hidden(hidden_forward(F.pad(x, (0, 0, 0, rows - x.size(0)))))[:x.size(0)]
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").double().sum()
@@ -2132,19 +2094,17 @@ def device_tokens(validation_data: ValidationData, device: torch.device) -> Tens
     return torch.from_numpy(validation_data.tokens.astype(np.int32)).to(device)
 
 def sliding_window_starts(num_targets: int, window_len: int, stride: int) -> Tensor:
-    """SPEC §8, every target exactly once: window 0 scores targets [0, window_len), window ws > 0 scores
-    [ws+window_len-stride, ws+window_len), so the runs tile [0, num_targets) once. Starts whose run would begin
-    past the end are not made (the record's 31 tail windows re-scored its last 64 targets)."""
+    """SPEC §8, every target scored exactly once: window 0 scores targets [0, window_len), window ws > 0 scores
+    [ws+window_len-stride, ws+window_len); no window starts whose run would begin past the end."""
     later_windows = max(0, ceil_div(num_targets - window_len, stride))
     return torch.arange(later_windows + 1, dtype=torch.int64) * stride
 
 def window_first_scored(window_starts: Tensor, window_len: int, stride: int) -> Tensor:
-    """Global index of each window's first scored target."""
     return torch.where(window_starts == 0, 0, window_starts + window_len - stride)
 
 def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stride: int) -> tuple:
-    """-> x, y (B, seq_len) int64, score_mask bool; target j is tokens[j + 1]. Positions past the end are zero
-    and unscored (causal attention keeps them from scored ones); a start >= num_targets is all padding."""
+    """-> x, y (B, seq_len) int64, score_mask bool (target j is tokens[j + 1]). Positions past the end are zero and
+    unscored (causal attention keeps them from scored ones); a start >= num_targets is all padding."""
     num_targets = tokens.numel() - 1
     positions = window_starts[:, None] + torch.arange(seq_len, device=tokens.device)
     inside = positions < num_targets
@@ -2156,9 +2116,8 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
 
 def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
                   stride: int, sums: Tensor) -> None:
-    """Adds the scored targets of `window_starts` (CPU, this rank's) to the fp64 [nll, targets, bytes] `sums`
-    without host syncs; call under inference_mode. Batches are padded to EVAL_BATCH_SEQS windows (one compiled
-    shape), and only scored positions reach the output projection: without window 0, just hidden[:, -stride:]."""
+    """Adds this rank's `window_starts` (CPU) scored targets to the fp64 [nll, targets, bytes] `sums`, no host syncs,
+    under inference_mode. Batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
     batch_seqs, num_targets = h.eval_batch_seqs, tokens.numel() - 1
     padding = -window_starts.numel() % batch_seqs
     device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
@@ -2187,16 +2146,15 @@ def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
                              chunk_tokens: int) -> list:
-    """Window starts per chunk, by the chunk of the window's first scored target (the last chunk takes any
-    overflow). A target is scored in its own chunk or an earlier one, never after its chunk was trained on."""
+    """Window starts per chunk of their first scored target (the last chunk takes any overflow): a target is scored
+    in its own chunk or an earlier one, never after its chunk was trained on."""
     num_chunks = ceil_div(num_targets, chunk_tokens)
     chunk_of_window = (window_first_scored(window_starts, window_len, stride) // chunk_tokens).clamp_max(num_chunks - 1)
     return list(torch.split(window_starts, torch.bincount(chunk_of_window, minlength=num_chunks).tolist()))
 
 def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
-    """-> (trainable params, {param index: frozen bank rows}, frozen element count). Blocks 0..k-1 are frozen
-    whole: their own tensors by requires_grad, their rows of the shared banks by zeroing those gradient rows after
-    the all-reduce (SGD without weight decay then never moves them). The record froze only the per-block gains."""
+    """-> (trainable params, {param index: frozen bank rows}, frozen count). Blocks 0..k-1 are frozen whole: their
+    tensors by requires_grad, their bank rows by zeroing those grad rows after the all-reduce (SGD, no decay)."""
     frozen_names = tuple(f"blocks.{layer}." for layer in range(freeze_blocks))
     trainable, frozen_bank_rows, frozen_count = [], {}, 0
     for name, param in model.named_parameters():
@@ -2216,12 +2174,11 @@ def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
 
 def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, frozen_bank_rows: dict,
                    tokens: Tensor, chunk_begin: int, chunk_end: int) -> None:
-    """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end) only, all already
-    scored). Every rank takes the same number of steps, so the per-tensor AVG all-reduces always pair up."""
+    """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end), all scored already).
+    Every rank takes the same number of steps, so the per-tensor AVG all-reduces pair up."""
     seq_len = h.train_seq_len
-    num_sequences = (chunk_end - chunk_begin) // seq_len
-    first_sequence, end_sequence = rank_range(num_sequences, dist_info)
-    steps_per_epoch = ceil_div(ceil_div(num_sequences, dist_info.world_size), h.ttt_batch_seqs)
+    first_sequence, end_sequence = rank_range((chunk_end - chunk_begin) // seq_len, dist_info)
+    steps_per_epoch = ceil_div(ceil_div((chunk_end - chunk_begin) // seq_len, dist_info.world_size), h.ttt_batch_seqs)
     model.train()
     for _ in range(h.ttt_epochs):
         for step in range(steps_per_epoch):
@@ -2242,12 +2199,10 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
     model.eval()
 
 def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
-    """Legal score-first TTT (SPEC §8): for each chunk, score its windows under inference_mode with the current
-    weights, then (except the last chunk) train on that chunk. No target is trained on before it is scored.
-    Windows and sequences are TRAIN_SEQ_LEN long, as the record's."""
+    """Legal score-first TTT (SPEC §8): each chunk is scored under inference_mode with the current weights before it
+    is trained on (all but the last chunk); windows and sequences are TRAIN_SEQ_LEN long."""
     started = time.perf_counter()
-    window_len, stride = h.train_seq_len, h.eval_stride
-    num_targets = tokens.numel() - 1
+    window_len, stride, num_targets = h.train_seq_len, h.eval_stride, tokens.numel() - 1
     starts = sliding_window_starts(num_targets, window_len, stride)
     chunks = assign_windows_to_chunks(starts, window_len, stride, num_targets, h.ttt_chunk_tokens)
     logger.log(f"ttt_sliding:start chunks={len(chunks)} chunk_tokens={h.ttt_chunk_tokens} "
@@ -2272,8 +2227,7 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
             train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
                            min(chunk_begin + h.ttt_chunk_tokens, num_targets))
         if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
-            # Running bpb over all ranks (the record printed rank 0's share, which can be empty early on).
-            running_bpb = reduced_loss_and_bpb(sums, dist_info)[1]
+            running_bpb = reduced_loss_and_bpb(sums, dist_info)[1]  # over all ranks
             logger.log(f"  ttt_chunk [{chunk_index + 1}/{len(chunks)}] bpb={running_bpb:.6f} "
                        f"time={time.perf_counter() - started:.1f}s")
     for param in model.parameters():
@@ -2852,8 +2806,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
 PEER_GRACE_SECONDS = 5.0  # torchrun polls its ranks every 0.1 s (5 s before torch 2.4); see main()
 
 def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
-    """data/manifest.py, mirrored: (sha256 of the tokenizer that made the shards, where it is named), or (None, why
-    it cannot be known)."""
+    """As data/manifest.py: (sha256 of the tokenizer that made the shards, where it is named), or (None, why not)."""
     path = os.path.join(data_path, "manifest.json")
     if not os.path.isfile(path):
         return None, "%s does not exist" % path
@@ -2869,8 +2822,7 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
     return sha256, "tokenizer %r of %s" % (name, path)
 
 def load_tokenizer(h: Hyperparameters, logger):
-    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards: another tokenizer
-    gives a wrong val_bpb, silently."""
+    """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards."""
     try:
         import sentencepiece as spm
     except ImportError:
@@ -2903,17 +2855,13 @@ def load_tokenizer(h: Hyperparameters, logger):
 
 def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: ValidationData, code_bytes: int,
                          make_model: Callable, output_dir: str, make_loader: Optional[Callable] = None) -> dict:
-    """SPEC §9 lines 19-24: average, post-average eval, artifact + bytes, then evals of the reloaded artifact (round
-    trip, sliding, legal TTT). `model` is the uncompiled trained model; make_model() builds a fresh one and
-    make_loader() a fresh training loader (GPTQ calibration). All evals share one compiled scoring forward (a new
-    model instance of the same recipe reuses the compiled code). With NUM_LOOPS > 0 every model here runs looped."""
+    """SPEC §9 lines 19-24: average, post-average eval, artifact, then the reloaded artifact's round trip, sliding and
+    legal TTT evals. make_model/make_loader: a fresh model / training loader (GPTQ calibration)."""
     tokens = device_tokens(val, dist_info.device)
     model.looping = h.num_loops > 0
-
     def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
         loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
         return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
-
     results = {"average": apply_weight_average(logger, model, averages)}
     trained_forward = make_hidden_forward(h, dist_info, model)
     results["post_average"] = timed_eval(dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,
@@ -2922,7 +2870,7 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     eval_model = load_artifact_model(os.path.join(output_dir, ARTIFACT_FILENAME), make_model)
     eval_model.looping = model.looping
     eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
-    eval_forward = make_hidden_forward(h, dist_info, eval_model)
+    eval_forward = make_hidden_forward(h, dist_info, eval_model)  # a new model of the same recipe reuses the code
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
                                       evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
     strides = [h.eval_stride]
@@ -2951,15 +2899,14 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     kernels = select_kernels(h, dist_info)
-
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
         use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
         return fresh
-
+    def make_loader() -> DeviceBatchFeed:
+        return make_train_loader(h, dist_info, logger)
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
-    if h.qat_enabled:
-        base_model.set_qat(True)
+    base_model.set_qat(h.qat_enabled)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
     logger.log("model_params:%d" % sum(p.numel() for p in base_model.parameters()))
     logger.log("XSA:last_%d active_layers:%s"
@@ -2978,10 +2925,6 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
     optimizers = Optimizers(h, base_model, dist_info)
-
-    def make_loader() -> DeviceBatchFeed:
-        return make_train_loader(h, dist_info, logger)
-
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
     averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
     if dist_info.is_cuda:
@@ -3026,21 +2969,12 @@ def failure_reason(exc: BaseException) -> str:
         return "interrupted (SIGINT): the run stopped"
     return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
 
-def report_failure(reason: str, exit_code: int, environ) -> int:
-    """One `error:` line on stderr and, under torchrun, the error file its "Root Cause" shows (instead of the
-    traceback @record would write)."""
-    print("error: " + reason, file=sys.stderr, flush=True)
-    if environ.get("TORCHELASTIC_ERROR_FILE"):
-        with open(environ["TORCHELASTIC_ERROR_FILE"], "w", encoding="utf-8") as handle:
-            json.dump({"message": reason, "timestamp": int(time.time())}, handle)
-    return exit_code
-
 @record  # under torchrun, the traceback of an exception main() does not name becomes the job's root cause
 def main() -> int:
-    """The reason is the last thing a user sees: a RunFailure ends in one `error:` line, Ctrl-C in one line (exit
-    130), a bug in its traceback. torchrun reports the failure it sees first and stops the other ranks, so a rank
-    whose failure may follow a peer's waits to be stopped first: ranks > 0 one grace (a config or data error hits
-    every rank, rank 0 names it), unexpected exceptions (what a dead peer causes) one grace more."""
+    """A RunFailure ends in one `error:` line on stderr (and torchrun's error file), Ctrl-C in one line (exit 130), a
+    bug in its traceback. torchrun reports the first failure it sees, so a rank whose failure may follow a peer's
+    waits: ranks > 0 one grace (a config or data error hits every rank; rank 0 names it), other exceptions (what a
+    dead peer causes) one more."""
     environ = dict(os.environ)
     rank, world_size = int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
     grace = PEER_GRACE_SECONDS if world_size > 1 else 0.0
@@ -3048,7 +2982,11 @@ def main() -> int:
         return launch(environ, sys.argv[1:], world_size)
     except RunFailure as failure:
         time.sleep(grace * (rank > 0))
-        status = report_failure(str(failure), failure.exit_code, environ)
+        print("error: " + str(failure), file=sys.stderr, flush=True)
+        if environ.get("TORCHELASTIC_ERROR_FILE"):  # torchrun's "Root Cause" instead of @record's traceback
+            with open(environ["TORCHELASTIC_ERROR_FILE"], "w", encoding="utf-8") as handle:
+                json.dump({"message": str(failure), "timestamp": int(time.time())}, handle)
+        status = failure.exit_code
     except KeyboardInterrupt as interrupt:
         print(failure_reason(interrupt), file=sys.stderr, flush=True)
         status = 130
