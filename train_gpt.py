@@ -624,7 +624,7 @@ class TokenStream:
                 self._tokens, self._position = load_data_shard(self._paths[self._file_index]), 0
 
 def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of a rank: CPU int64 (x, y) of (rows, seq_len), views of its span (the only one copied)."""
+    """SPEC §3 micro-batches of a rank: CPU int64 (x, y) of (rows, seq_len), views of its span (the one copied)."""
     stream = TokenStream(paths)
     before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
     shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
