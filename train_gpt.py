@@ -2531,9 +2531,9 @@ def decode_ans_tensors(payload: dict, words: bytes, name: str) -> dict:
     tensors, position = dict(payload["w"]), 0
     try:
         version, digest = payload["c"]
-        words = np.frombuffer(words, dtype="<u4").astype(np.uint32)
+        words = np.frombuffer(words, dtype="<u4").astype(np.uint32)  # a native, writable copy
         for key, (shape, low, count, counts) in payload["a"].items():
-            coder = constriction.stream.stack.AnsCoder(words[position:position + count].copy())
+            coder = constriction.stream.stack.AnsCoder(words[position:position + count])
             values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
             tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
             position += count
