@@ -2584,7 +2584,6 @@ class TrainTelemetry:
         self.marks, self.wait_pairs, self.total_wait_ms, self.val_ms = [], [], 0.0, 0.0
 
     def mark(self, phase: str) -> None:
-        """Appends (phase, CUDA timing event or host time) with TRAINING_TIMING_BREAKDOWN."""
         if self.h.training_timing_breakdown and self.cuda:
             self.marks.append((phase, torch.cuda.current_stream().record_event(torch.cuda.Event(enable_timing=True))))
         elif self.h.training_timing_breakdown:
