@@ -2,8 +2,8 @@
 Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env vars (`python train_gpt.py --help`);
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
-import base64, concurrent.futures, contextlib, copy, difflib, glob, hashlib, importlib.metadata, io, json, linecache
-import lzma, math, os, random, subprocess, sys, time, tokenize, uuid
+import atexit, base64, contextlib, copy, difflib, glob, hashlib, importlib.metadata, io, json, linecache, lzma
+import math, os, queue, random, subprocess, sys, threading, time, tokenize, uuid
 from dataclasses import astuple, dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -667,25 +667,44 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
         yield batch[0], batch[1]
 
 class BackgroundIterator:
-    """`source` run `depth` items ahead in one worker thread, in order; an exception (StopIteration at the end) reaches
-    the consumer after the items made before it, and again on every later call. The worker is a pool thread, not a
-    daemon (one inside torch would abort the exit): at exit it finishes the items asked for and is joined."""
+    """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
+    reaches the consumer after the items made before it, and again on every later call. close() (also at exit: a
+    daemon thread inside torch would abort the exit) empties the queue until the thread, seeing the stop, has ended."""
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
-        set_device = torch.cuda.set_device if device.type == "cuda" else None  # else pinning makes a context on cuda:0
-        self.source, self.pool = source, concurrent.futures.ThreadPoolExecutor(1, name, set_device, (device,))
-        self.futures = [self.pool.submit(next, source) for _ in range(depth)]
+        self.queue, self.stop, self.end = queue.Queue(maxsize=depth), threading.Event(), None
+        self.thread = threading.Thread(target=self._produce, args=(source, device), name=name, daemon=True)
+        self.thread.start()
+        atexit.register(self.close)
+
+    def _produce(self, source: Iterator, device: torch.device) -> None:
+        end = StopIteration()
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # else pinned allocations would create a context on cuda:0
+            for item in source:  # tuples of tensors: never an exception
+                self.queue.put(item)
+                if self.stop.is_set():
+                    return
+        except BaseException as error:  # handed to the consumer, which owns the process
+            end = error
+        self.queue.put(end)
 
     def __next__(self):
-        item = self.futures[0].result()  # an exception stays at the head: every later call raises it again
-        self.futures = self.futures[1:] + [self.pool.submit(next, self.source)]
-        return item
+        entry = self.end or self.queue.get()
+        if isinstance(entry, BaseException):
+            self.end = entry
+            raise entry
+        return entry
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
-        self.futures = []  # frees the (pinned) items made ahead
+        atexit.unregister(self.close)
+        self.stop.set()
+        while self.thread.is_alive() or not self.queue.empty():  # frees the (pinned) items; unblocks a put()
+            with contextlib.suppress(queue.Empty):
+                self.queue.get(timeout=0.05)
 
-class DeviceBatchFeed(contextlib.AbstractContextManager):
+class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     """(host, device) tensor tuples of `source`, one batch ahead (building batch i+1 fails when batch i is asked for).
     With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch i's event
     and record_stream() stops the allocator reusing the memory early. Data wait: host time blocked in the source
@@ -727,9 +746,6 @@ class DeviceBatchFeed(contextlib.AbstractContextManager):
                 tensor.record_stream(compute)
         self.event_pairs.append((before, compute.record_event(torch.cuda.Event(enable_timing=True))))
         return host, copies
-
-    def __iter__(self):
-        return self
 
     def next_batch(self) -> tuple:
         return next(self)[1]
