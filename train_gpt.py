@@ -590,9 +590,8 @@ def list_shards(pattern: str, what: str) -> List[str]:
 
 def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len: int,
                             pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of a rank: CPU int64 (x, y) of (rows, seq_len), views of its span of rows * seq_len + 1
-    tokens (the one copied). Each micro-step takes world_size such spans, rank r's the r-th, from a stream that
-    starts at (file 0, offset 0), loads a shard when first needed and wraps around the file list."""
+    """SPEC §3 micro-batches of rank r: CPU int64 (x, y) of (rows, seq_len), views of the r-th of the world_size spans
+    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps."""
     span, file_index, position, tokens = rows * seq_len + 1, 0, 0, load_data_shard(paths[0])
     mine, total = dist_info.rank * span, dist_info.world_size * span  # this rank's offset in a micro-step's tokens
     while True:
