@@ -588,83 +588,57 @@ def list_shards(pattern: str, what: str) -> List[str]:
         raise DataError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
     return paths
 
-@dataclass(frozen=True)
-class MicroBatchLayout:
-    """One rank's place in the SPEC §3 stream: each micro-step consumes world_size spans of local_tokens + 1."""
-    rank: int
-    world_size: int
-    local_tokens: int  # TRAIN_BATCH_TOKENS // (world_size * grad_accum_steps), a multiple of seq_len
-    seq_len: int
-    span: int  # local_tokens + 1: x and y of one micro-batch
-
-def micro_batch_layout(h, dist_info) -> MicroBatchLayout:
-    local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
-    return MicroBatchLayout(dist_info.rank, dist_info.world_size, local_tokens, h.train_seq_len, local_tokens + 1)
-
-class TokenStream:
-    """SPEC §3 stream from (file 0, offset 0); a shard is loaded when first needed; the file list wraps."""
-
-    def __init__(self, paths: Sequence[str]):
-        self._paths, self._file_index, self._position = list(paths), 0, 0
-        self._tokens = load_data_shard(self._paths[0])
-
-    def advance(self, count: int, out: np.ndarray = None) -> None:
-        """Move `count` tokens ahead (loading the same shards either way), copying them into `out` if given."""
-        done, loads_without_tokens = 0, 0
-        while done < count:
-            step = min(count - done, len(self._tokens) - self._position)
-            if out is not None:
-                out[done:done + step] = self._tokens[self._position:self._position + step]
-            self._position, done = self._position + step, done + step
-            if done < count:  # this shard is used up: the next one (the list wraps)
-                loads_without_tokens = loads_without_tokens + 1 if step == 0 else 0
-                if loads_without_tokens > len(self._paths):
-                    raise DataError(f"every train shard is empty: {self._paths}")
-                self._file_index = (self._file_index + 1) % len(self._paths)
-                self._tokens, self._position = load_data_shard(self._paths[self._file_index]), 0
-
-def sequential_host_batches(paths: Sequence[str], layout: MicroBatchLayout, pin_memory: bool) -> Iterator[tuple]:
-    """SPEC §3 micro-batches of a rank: CPU int64 (x, y) of (rows, seq_len), views of its span (the one copied)."""
-    stream = TokenStream(paths)
-    before, after = layout.rank * layout.span, (layout.world_size - layout.rank - 1) * layout.span
-    shape = (layout.local_tokens // layout.seq_len, layout.seq_len)
+def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len: int,
+                            pin_memory: bool) -> Iterator[tuple]:
+    """SPEC §3 micro-batches of rank r: CPU int64 (x, y) of (rows, seq_len), views of the r-th of the world_size spans
+    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps."""
+    span, file_index, position, tokens = rows * seq_len + 1, 0, 0, load_data_shard(paths[0])
+    mine, total = dist_info.rank * span, dist_info.world_size * span  # this rank's offset in a micro-step's tokens
     while True:
-        span = torch.empty(layout.span, dtype=torch.int64, pin_memory=pin_memory)
-        stream.advance(before)
-        stream.advance(layout.span, out=span.numpy())
-        stream.advance(after)
-        yield span[:-1].view(shape), span[1:].view(shape)
+        buffer = torch.empty(span, dtype=torch.int64, pin_memory=pin_memory)
+        done, loads_without_tokens = 0, 0
+        while done < total:
+            if position == len(tokens):  # this shard is used up: the next one
+                loads_without_tokens += 1
+                if loads_without_tokens > len(paths):
+                    raise DataError(f"every train shard is empty: {paths}")
+                file_index = (file_index + 1) % len(paths)
+                tokens, position = load_data_shard(paths[file_index]), 0
+                continue
+            step = min(total - done, len(tokens) - position)
+            start, stop = max(done, mine), min(done + step, mine + span)  # the part of this piece that is ours
+            if start < stop:
+                buffer.numpy()[start - mine:stop - mine] = tokens[position + start - done:position + stop - done]
+            position, done, loads_without_tokens = position + step, done + step, 0
+        yield buffer[:-1].view(rows, seq_len), buffer[1:].view(rows, seq_len)
 
 class ShuffledSequences:
     """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
     shard, without replacement, from a shard drawn with probability proportional to the sequences it has left."""
 
     def __init__(self, paths: Sequence[str], seq_len: int, seed):
-        self.paths, self.seq_len = list(paths), seq_len
-        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.paths, self.seq_len, self.rng = list(paths), seq_len, np.random.default_rng(seed)  # PCG64
         self.tokens = []  # memmaps, opened once: gather() only reads them
         for path in self.paths:
             with open(path, "rb") as file:
                 num_tokens = _read_shard_header(path, file)
             if num_tokens < seq_len + 1:
                 raise DataError(f"{path}: {num_tokens} tokens, fewer than the TRAIN_SEQ_LEN+1={seq_len + 1} of "
-                                 f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
+                                f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
             self.tokens.append(np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,)))
-        self.left = np.zeros(len(self.paths))  # sequences left per shard, float64: the record's choice weights
         self._reset_all()
 
     def _reset_all(self) -> None:
         """A fresh phase, then a fresh permutation, per shard in file order (SPEC_0409 §3's RNG call order)."""
         self.starts = []
-        for index, tokens in enumerate(self.tokens):
+        for tokens in self.tokens:
             max_phase = min(self.seq_len - 1, max(0, len(tokens) - self.seq_len - 1))
             phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
-            count = (len(tokens) - 1 - phase) // self.seq_len
-            self.starts.append(phase + self.rng.permutation(count) * self.seq_len)
-            self.left[index] = count
+            self.starts.append(phase + self.rng.permutation((len(tokens) - 1 - phase) // self.seq_len) * self.seq_len)
+        self.left = np.array([len(starts) for starts in self.starts], dtype=np.float64)  # the record's choice weights
 
     def plan(self, rows: int) -> List[tuple]:
-        """(shard, start) of the next `rows` sequences (the only RNG draws); a shard's starts pop from the end."""
+        """(shard, start) of the next `rows` sequences (all the RNG draws); a shard's starts pop from the end."""
         plan = []
         for _ in range(rows):
             if self.left.sum() <= 0:
@@ -692,118 +666,84 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
         yield batch[0], batch[1]
 
 class BackgroundIterator:
-    """`source` run in a daemon thread at most `depth` items ahead, in order; a source exception reaches the consumer
-    after the items made before it. Both sides poll (50 ms) the stop event or the thread's liveness, so neither can
-    hang; close() (also at exit: a daemon thread inside torch would abort the exit) stops and joins the thread."""
-    POLL_SECONDS, JOIN_SECONDS = 0.05, 10.0
+    """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
+    reaches the consumer after the items made before it, and again on every later call. close() (also at exit: a
+    daemon thread inside torch would abort the exit) empties the queue until the thread, seeing the stop, has ended."""
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
-        self._queue, self._stop = queue.Queue(maxsize=depth), threading.Event()
-        self._end = None  # the exception that ended the stream (StopIteration at the end), once the consumer saw it
-        device_index = None  # the thread's CUDA device: pinned allocations would otherwise create a context on cuda:0
-        if device.type == "cuda":
-            device_index = torch.cuda.current_device() if device.index is None else device.index
-        self._thread = threading.Thread(target=self._produce, args=(source, device_index), name=name, daemon=True)
-        self._thread.start()
+        self.queue, self.stop, self.end = queue.Queue(maxsize=depth), threading.Event(), None
+        self.thread = threading.Thread(target=self._produce, args=(source, device), name=name, daemon=True)
+        self.thread.start()
         atexit.register(self.close)
 
-    def _produce(self, source: Iterator, device_index: int) -> None:
+    def _produce(self, source: Iterator, device: torch.device) -> None:
+        end = StopIteration()
         try:
-            if device_index is not None:
-                torch.cuda.set_device(device_index)
-            for item in source:
-                if not self._offer((True, item)):
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # else pinned allocations would create a context on cuda:0
+            for item in source:  # tuples of tensors: never an exception
+                self.queue.put(item)
+                if self.stop.is_set():
                     return
-            self._offer((False, StopIteration()))
         except BaseException as error:  # handed to the consumer, which owns the process
-            self._offer((False, error))
-
-    def _offer(self, entry: tuple) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(entry, timeout=self.POLL_SECONDS)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def __iter__(self):
-        return self
+            end = error
+        self.queue.put(end)
 
     def __next__(self):
-        while self._end is None:
-            alive = self._thread.is_alive()  # read before get(): a thread dead by then has put its last entry
-            try:
-                is_item, payload = self._queue.get(timeout=self.POLL_SECONDS)
-            except queue.Empty:
-                if alive:
-                    continue
-                raise RuntimeError(f"{self._thread.name} has stopped (the iterator was closed)") from None
-            if is_item:
-                return payload
-            self._end = payload
-        raise self._end
+        entry = self.end or self.queue.get()
+        if isinstance(entry, BaseException):
+            self.end = entry
+            raise entry
+        return entry
 
     def close(self) -> None:
         atexit.unregister(self.close)
-        self._stop.set()
-        while not self._queue.empty():  # free queued (pinned) items now; a producer blocked on put() sees the stop
-            self._queue.get_nowait()
-        self._thread.join(timeout=self.JOIN_SECONDS)
+        self.stop.set()
+        while self.thread.is_alive() or not self.queue.empty():  # frees the (pinned) items; unblocks a put()
+            with contextlib.suppress(queue.Empty):
+                self.queue.get(timeout=0.05)
 
-class DeviceBatchFeed:
+class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     """(host, device) tensor tuples of `source`, one batch ahead (building batch i+1 fails when batch i is asked for).
     With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch i's event
     and record_stream() stops the allocator reusing the memory early. Data wait: host time blocked in the source
-    plus, on CUDA, events around each batch's wait or copy."""
+    plus, on CUDA, timing events around each batch's wait or copy on the compute stream."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
-        self._source, self._device, self._pending, self._closed = source, device, None, False
-        self._copy_stream = torch.cuda.Stream(device=device) if device.type == "cuda" and use_copy_stream else None
-        self._host_wait_seconds, self._event_pairs = 0.0, []
+        self.source, self.device, self.pending, self.closed = source, device, None, False
+        self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" and use_copy_stream else None
+        self.host_wait_seconds, self.event_pairs = 0.0, []
 
     def _fetch(self) -> tuple:
         """(host tensors, device copies, ready event) of the next source item; both None without a copy stream."""
         start = time.perf_counter()
-        try:
-            host = next(self._source)
-        finally:
-            self._host_wait_seconds += time.perf_counter() - start
-        if self._copy_stream is None:
+        host = next(self.source)
+        self.host_wait_seconds += time.perf_counter() - start
+        if self.copy_stream is None:
             return host, None, None
-        with torch.cuda.stream(self._copy_stream):
-            copies = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
-            ready = torch.cuda.Event()
-            ready.record(self._copy_stream)
-        return host, copies, ready
-
-    def __iter__(self):
-        return self
+        with torch.cuda.stream(self.copy_stream):
+            copies = tuple(tensor.to(self.device, non_blocking=True) for tensor in host)
+        return host, copies, self.copy_stream.record_event()
 
     def __next__(self) -> tuple:
-        """(host tensors, device tensors) of the next batch; StopIteration when the source is exhausted."""
-        if self._closed:
+        if self.closed:
             raise RuntimeError("batch feed is closed")
-        if self._pending is None:
-            self._pending = self._fetch()
-        host, copies, ready = self._pending
+        host, copies, ready = self.pending or self._fetch()
         try:
-            self._pending = self._fetch()
+            self.pending = self._fetch()
         except StopIteration:
-            self._pending = None
-        if self._device.type != "cuda":
+            self.pending = None
+        if self.device.type != "cuda":
             return host, host
-        compute = torch.cuda.current_stream(self._device)
-        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        before.record(compute)
+        compute = torch.cuda.current_stream(self.device)
+        before = compute.record_event(torch.cuda.Event(enable_timing=True))
         if ready is None:
-            copies = tuple(tensor.to(self._device, non_blocking=True) for tensor in host)
+            copies = tuple(tensor.to(self.device, non_blocking=True) for tensor in host)
         else:
             compute.wait_event(ready)
             for tensor in copies:
                 tensor.record_stream(compute)
-        after.record(compute)
-        self._event_pairs.append((before, after))
+        self.event_pairs.append((before, compute.record_event(torch.cuda.Event(enable_timing=True))))
         return host, copies
 
     def next_batch(self) -> tuple:
@@ -811,47 +751,34 @@ class DeviceBatchFeed:
 
     def take_wait_stats(self) -> tuple:
         """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
-        host_ms, pairs = 1000.0 * self._host_wait_seconds, self._event_pairs
-        self._host_wait_seconds, self._event_pairs = 0.0, []
-        return host_ms, pairs
+        stats = (1000.0 * self.host_wait_seconds, self.event_pairs)
+        self.host_wait_seconds, self.event_pairs = 0.0, []
+        return stats
 
-    def close(self) -> None:
-        """Stops the producer (if any) and drops in-flight batches; idempotent."""
-        self._closed, self._pending = True, None
-        self._source.close()
-
-    def __enter__(self):
-        return self
+    def close(self) -> None:  # idempotent
+        self.closed, self.pending = True, None
+        self.source.close()
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-def events_elapsed_ms(event_pairs: Sequence[tuple]) -> float:
-    """Sum of elapsed_time over (before, after) event pairs; waits for them, so call it at logging time."""
-    total = 0.0
-    for before, after in event_pairs:
-        after.synchronize()
-        total += before.elapsed_time(after)
-    return total
-
 def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
     """A loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer runs on)."""
-    layout = micro_batch_layout(h, dist_info)
-    cuda = dist_info.device.type == "cuda"
+    cuda, paths = dist_info.device.type == "cuda", list_shards(h.train_files, "train")
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
-    paths = list_shards(h.train_files, "train")
+    rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
     if h.train_loader == "shuffled":
         if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
             raise DataError(f"TRAIN_LOADER=shuffled gives rank r the shards [r::WORLD_SIZE] of the {len(paths)} "
-                             f"matching {h.train_files}: WORLD_SIZE={dist_info.world_size} needs at least that many")
+                            f"matching {h.train_files}: WORLD_SIZE={dist_info.world_size} needs at least that many")
         seed = dist_info.rank if h.train_shuffle_seed == "rank" else np.random.SeedSequence(h.seed, spawn_key=(
             dist_info.rank,))  # rank_and_seed: NumPy's spawn(WORLD_SIZE)[rank] of SeedSequence(SEED)
         sampler = ShuffledSequences(paths[dist_info.rank::dist_info.world_size], h.train_seq_len, seed)
-        batches = shuffled_host_batches(sampler, layout.local_tokens // layout.seq_len, pin_memory)
+        batches = shuffled_host_batches(sampler, rows, pin_memory)
         kind = (f"shuffled shards:{len(sampler.paths)}/{len(paths)} sequences:{int(sampler.left.sum())} "
                 f"seed:{h.train_shuffle_seed}")
     else:
-        batches, kind = sequential_host_batches(paths, layout, pin_memory), "sequential"
+        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory), "sequential"
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
@@ -864,12 +791,8 @@ def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBat
     """One eval pass: ((x_cpu, y_cpu), (x, y)) per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM)
     while batch i is evaluated; build(spec) -> this rank's (x, y) arrays."""
     pin_memory = dist_info.device.type == "cuda" and h.val_prefetch
-
-    def host_pair(spec) -> tuple:  # contiguous CPU tensors (NumPy arrays are wrapped, not copied)
-        pair = tuple(torch.as_tensor(part).contiguous() for part in build(spec))
-        return tuple(part.pin_memory() for part in pair) if pin_memory else pair
-
-    host_batches = (host_pair(spec) for spec in specs)
+    pairs = ((torch.as_tensor(part).contiguous() for part in build(spec)) for spec in specs)  # wraps NumPy, no copy
+    host_batches = (tuple(part.pin_memory() if pin_memory else part for part in pair) for pair in pairs)
     if h.val_prefetch:
         host_batches = BackgroundIterator(host_batches, h.val_prefetch_queue, dist_info.device, "val-batch-producer")
     return DeviceBatchFeed(host_batches, dist_info.device, h.val_copy_stream)
@@ -1931,41 +1854,34 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
     """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the EMA wins, as in the
-    record), a CPU fp32 sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2."""
+    record), a CPU fp32 sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2. The state_dict holds
+    detached views of the live weights, so neither update records autograd history."""
 
     def __init__(self, h: Hyperparameters, model: nn.Module):
-        self.decay, self.swa_every = h.ema_decay, h.swa_every
-        self.swa_enabled = h.swa_enabled and not h.ema_enabled
-        self.live = dict(model.state_dict())
-        self.ema = {k: t.detach().float().clone() for k, t in self.live.items()} if h.ema_enabled else None
+        self.h, self.live, self.swa_enabled = h, model.state_dict(), h.swa_enabled and not h.ema_enabled
+        self.ema = {k: t.float().clone() for k, t in self.live.items()} if h.ema_enabled else None
         self.swa_sum, self.swa_count = None, 0
 
-    @torch.no_grad()
     def update_ema(self) -> None:
         if self.ema is not None:
-            torch._foreach_lerp_(list(self.ema.values()), [self.live[k].float() for k in self.ema], 1.0 - self.decay)
+            live = [self.live[k].float() for k in self.ema]
+            torch._foreach_lerp_(list(self.ema.values()), live, 1.0 - self.h.ema_decay)
 
-    @torch.no_grad()
     def maybe_accumulate_swa(self, step: int, lr_scale: float) -> bool:
         """Adds a snapshot on SWA steps; True when it was the first (the caller logs `swa:start`)."""
-        if not (self.swa_enabled and lr_scale < 0.2 and step % self.swa_every == 0):
+        if not (self.swa_enabled and lr_scale < 0.2 and step % self.h.swa_every == 0):
             return False
-        # a copy: .float().cpu() of an fp32 CPU tensor is that tensor, and += would then change the weights
-        snapshot = {k: t.detach().to(device="cpu", dtype=torch.float32, copy=True) for k, t in self.live.items()}
-        if self.swa_sum is None:
-            self.swa_sum = snapshot
-        else:
-            for k, t in snapshot.items():
-                self.swa_sum[k] += t
+        # a copy: .float().cpu() of an fp32 CPU tensor is that tensor, which the optimizer keeps changing
+        snapshot = {k: t.to(device="cpu", dtype=torch.float32, copy=True) for k, t in self.live.items()}
+        self.swa_sum = snapshot if self.swa_sum is None else {k: self.swa_sum[k] + t for k, t in snapshot.items()}
         self.swa_count += 1
         return self.swa_count == 1
 
 def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> str:
-    """Loads the end-of-run average into `model` in its own dtypes; returns "ema", "swa" (the snapshots' mean) or
-    "raw" (the trained weights, left as they are)."""
+    """Loads the EMA or the SWA snapshots' mean into `model`, in its dtypes; returns "ema", "swa" or "raw" (none)."""
     if averages.swa_enabled and averages.swa_count == 0:
         logger.log("swa:no_snapshots (the LR scale never fell below 0.2 on a snapshot step)")
-    if averages.swa_enabled and averages.swa_count > 0:
+    if averages.swa_count > 0:
         source, kind = {k: t / averages.swa_count for k, t in averages.swa_sum.items()}, "swa"
         logger.log(f"swa:applying SWA weights snapshots:{averages.swa_count}")
     elif averages.ema is not None:
@@ -2636,8 +2552,7 @@ def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
 # ==== 10. TRAINING LOOP ====
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
-    steps = dist_info.grad_accum_steps
-    total = torch.zeros((), device=dist_info.device)
+    steps, total = dist_info.grad_accum_steps, torch.zeros((), device=dist_info.device)
     for _ in range(steps):
         x, y = loader.next_batch()
         mark("batch")
@@ -2659,21 +2574,20 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     optimizer_states = [copy.deepcopy(optimizer.state_dict()) for optimizer in optimizers.all]
     with make_loader() as loader:
         for looping in (False, True) if h.num_loops > 0 else (False,):
-            base_model.looping, label = looping, "loop_warmup_step" if looping else "warmup_step"
+            base_model.looping = looping
             if looping:
                 logger.log("loop_warmup:enabled encoder:%s decoder:%s" % base_model.layer_orders[True])
             for k in range(1, h.warmup_steps + 1):
-                optimizers.zero_grad()
                 run_micro_steps(dist_info, model, loader, lambda phase: None)
                 optimizers.set_schedule(1.0, h.muon_momentum)
                 optimizers.step()
+                optimizers.zero_grad()
                 if h.warmup_steps <= 20 or k % 10 == 0 or k == h.warmup_steps:
-                    logger.log("%s:%d/%d" % (label, k, h.warmup_steps))
+                    logger.log("%swarmup_step:%d/%d" % ("loop_" if looping else "", k, h.warmup_steps))
     base_model.looping = False
     base_model.load_state_dict(model_state)
     for optimizer, state in zip(optimizers.all, optimizer_states):
         optimizer.load_state_dict(state)
-    optimizers.zero_grad()
 
 class TrainTelemetry:
     """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and, with
@@ -2681,19 +2595,14 @@ class TrainTelemetry:
     mark to its own; nothing syncs until a line is due, so the prefetch and copy overlap stay on while measuring."""
 
     def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
-        self.h, self.dist_info, self.logger = h, dist_info, logger
+        self.h, self.cuda, self.micro_steps, self.logger = h, dist_info.is_cuda, dist_info.grad_accum_steps, logger
         self.marks, self.wait_pairs, self.total_wait_ms, self.val_ms = [], [], 0.0, 0.0
 
     def mark(self, phase: str) -> None:
-        """Appends (phase, CUDA event or host time) with TRAINING_TIMING_BREAKDOWN."""
-        if not self.h.training_timing_breakdown:
-            return
-        if self.dist_info.is_cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-        else:
-            event = time.perf_counter()
-        self.marks.append((phase, event))
+        if self.h.training_timing_breakdown and self.cuda:
+            self.marks.append((phase, torch.cuda.current_stream().record_event(torch.cuda.Event(enable_timing=True))))
+        elif self.h.training_timing_breakdown:
+            self.marks.append((phase, time.perf_counter()))
 
     def end_step(self, step: int, loader) -> None:
         host_ms, pairs = loader.take_wait_stats()
@@ -2703,27 +2612,27 @@ class TrainTelemetry:
         if not self.h.training_timing_breakdown or not (step <= 10 or step % self.h.training_timing_every == 0):
             return
         read_start = time.perf_counter()
-        if self.dist_info.is_cuda and marks:
+        if self.cuda:
             marks[-1][1].synchronize()
-        phases: Dict[str, float] = {}
+        phases = dict.fromkeys(("batch", "forward", "backward", "grad_clip", "optimizer"), 0.0)
         for (_, start), (phase, end) in zip(marks, marks[1:]):
-            elapsed = start.elapsed_time(end) if self.dist_info.is_cuda else 1000.0 * (end - start)
-            phases[phase] = phases.get(phase, 0.0) + elapsed
-        device_wait_ms = self.drain()
-        micro = self.dist_info.grad_accum_steps
+            phases[phase] += start.elapsed_time(end) if self.cuda else 1000.0 * (end - start)
+        device_wait_ms, micro = self.drain(), self.micro_steps
         self.logger.log(
             "timing_breakdown step:%d micro_steps:%d batch_cpu_ms:%.2f batch_h2d_ms:%.2f forward_ms:%.2f "
             "backward_ms:%.2f grad_clip_ms:%.2f optimizer_ms:%.2f val_ms:%.2f explicit_sync_ms:%.2f "
             "data_wait_ms:%.3f (per_optimizer_step; forward/backward/batch averaged over micro_steps; "
             "grad_accum_steps=%d)" % (
-                step, micro, host_ms / micro, phases.get("batch", 0.0) / micro, phases.get("forward", 0.0) / micro,
-                phases.get("backward", 0.0) / micro, phases.get("grad_clip", 0.0), phases.get("optimizer", 0.0),
+                step, micro, host_ms / micro, phases["batch"] / micro, phases["forward"] / micro,
+                phases["backward"] / micro, phases["grad_clip"], phases["optimizer"],
                 self.val_ms, 1000.0 * (time.perf_counter() - read_start), host_ms + device_wait_ms, micro))
         self.val_ms = 0.0
 
     def drain(self) -> float:
-        """Adds the collected device wait events (complete by now or soon) to the total; returns their sum."""
-        device_ms = events_elapsed_ms(self.wait_pairs)
+        """Adds the collected pairs' device wait to the total and returns it; syncs on the last (one stream for all)."""
+        if self.wait_pairs:
+            self.wait_pairs[-1][1].synchronize()
+        device_ms = sum(before.elapsed_time(after) for before, after in self.wait_pairs)
         self.wait_pairs = []
         self.total_wait_ms += device_ms
         return device_ms
@@ -2742,11 +2651,11 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
         if h.swa_enabled and h.ema_enabled:
             logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; "
                        "EMA_ENABLED=0 applies SWA")
-        train_ms, step, stop_after_step, qat_on = 0.0, 0, None, h.qat_enabled
+        train_ms, step, stop_early, qat_on = 0.0, 0, False, h.qat_enabled
         sync_device(dist_info)
         t0 = time.perf_counter()
         while True:
-            last_step = step == h.iterations or (stop_after_step is not None and step >= stop_after_step)
+            last_step = step == h.iterations or stop_early
             if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
                 sync_device(dist_info)
                 val_start = time.perf_counter()
@@ -2758,13 +2667,9 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 t0 = time.perf_counter()
                 telemetry.val_ms += 1000.0 * (t0 - val_start)  # charged to the next breakdown line
             if last_step:
-                if stop_after_step is not None and step < h.iterations:
-                    logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d"
-                               % (train_ms, step, h.iterations))
                 break
             elapsed_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
-            scale = lr_scale_at(h, step, elapsed_ms)
-            frac = training_fraction(h, step, elapsed_ms)
+            scale, frac = lr_scale_at(h, step, elapsed_ms), training_fraction(h, step, elapsed_ms)
             if h.num_loops > 0 and not base_model.looping and frac >= h.enable_looping_at:
                 base_model.looping = True  # for good: the later evals and the GPTQ calibration run looped
                 logger.log("layer_loop:enabled step:%d frac:%.3f encoder:%s decoder:%s"
@@ -2774,7 +2679,6 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 base_model.set_qat(True)
                 logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
             telemetry.mark("start")
-            optimizers.zero_grad()
             train_loss = run_micro_steps(dist_info, model, loader, telemetry.mark)
             optimizers.set_schedule(scale, muon_momentum_at(h, step))
             if h.grad_clip_norm > 0 and h.grad_clip_scope == "local":  # the 03-23 record's (reduced: in the step)
@@ -2789,15 +2693,15 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             if averages.maybe_accumulate_swa(step, scale):
                 logger.log("swa:start step:%d" % step)
             telemetry.end_step(step, loader)
-            if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0 or stop_after_step is not None):
+            if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0):
                 all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
                 telemetry.drain()
             capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
-            reached = torch.tensor(float(capped), device=dist_info.device)
-            if stop_after_step is None and all_reduce_(reached, dist_info, "max").item() > 0:
-                stop_after_step = step
+            stop_early = all_reduce_(torch.tensor(float(capped), device=dist_info.device), dist_info, "max").item() > 0
+    if stop_early and step < h.iterations:
+        logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
     telemetry.summary(step, train_ms)
     return averages
 

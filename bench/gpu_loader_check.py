@@ -28,10 +28,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trainer_module import load_trainer
+from trainer_module import events_elapsed_ms, load_trainer, micro_batch_layout
 
-NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "events_elapsed_ms", "sequential_host_batches",
-                "shuffled_host_batches", "ShuffledSequences", "micro_batch_layout", "list_shards")
+NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "sequential_host_batches", "shuffled_host_batches",
+                "ShuffledSequences", "list_shards")
 LAG_CYCLES = 2_000_000  # about 1 ms of GPU spin per batch: the compute stream falls behind the host
 SEQ_LEN = 2048
 RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
@@ -134,7 +134,7 @@ def report(module, rows: list) -> bool:
           f"{'event_pairs':>11} {'threads_ok':>10}")
     passed = True
     for name, batches, mismatches, host_ms, pairs, threads_ok in rows:
-        device_ms = module.events_elapsed_ms(pairs)
+        device_ms = events_elapsed_ms(pairs)
         ok = mismatches == 0 and len(pairs) == batches and math.isfinite(device_ms) and threads_ok
         passed &= ok
         print(f"{name:<50} {batches:>7} {mismatches:>10} {host_ms:>12.2f} {device_ms:>14.2f} {len(pairs):>11} "
@@ -145,11 +145,11 @@ def report(module, rows: list) -> bool:
 def producer_throughput(module, h, steps: int) -> None:
     """Tokens/s of each loader's host batch builder (pinned, in this thread) as rank 0 of W=8: best of 3 windows."""
     info = dist_info(8, 0, torch.device("cuda", 0))
-    layout = module.micro_batch_layout(h, info)
-    paths = module.list_shards(h.train_files, "train")
-    builders = {"sequential": lambda: module.sequential_host_batches(paths, layout, True),
+    layout = micro_batch_layout(h, info)
+    paths, rows = module.list_shards(h.train_files, "train"), layout.local_tokens // SEQ_LEN
+    builders = {"sequential": lambda: module.sequential_host_batches(paths, info, rows, SEQ_LEN, True),
                 "shuffled": lambda: module.shuffled_host_batches(
-                    module.ShuffledSequences(paths[0::8], SEQ_LEN, 0), layout.local_tokens // SEQ_LEN, True)}
+                    module.ShuffledSequences(paths[0::8], SEQ_LEN, 0), rows, True)}
     for name, build in builders.items():
         batches, best = build(), math.inf
         next(batches)

@@ -31,10 +31,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trainer_module import load_trainer
+from trainer_module import load_trainer, micro_batch_layout
 
 RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
-NEEDED_NAMES = ("load_data_shard", "make_train_loader", "micro_batch_layout", "sequential_host_batches",
+NEEDED_NAMES = ("load_data_shard", "make_train_loader", "sequential_host_batches",
                 "list_shards", "ShuffledSequences", "shuffled_host_batches")
 
 
@@ -117,7 +117,7 @@ def run_config(module, h, world_size: int, device: torch.device, shard_tokens: i
                cold: bool) -> list:
     dist_info = SimpleNamespace(rank=0, world_size=world_size, local_rank=0, device=device,
                                 grad_accum_steps=8 // world_size)
-    layout = module.micro_batch_layout(h, dist_info)
+    layout = micro_batch_layout(h, dist_info)
     count = math.ceil(2.5 * shard_tokens / (world_size * layout.span))
     paths = module.list_shards(h.train_files, "train")
     logger = SimpleNamespace(log=lambda message: None)
@@ -133,7 +133,7 @@ def run_config(module, h, world_size: int, device: torch.device, shard_tokens: i
         return module.ShuffledSequences(paths[0::world_size], layout.seq_len, 0)
 
     record("record-style", record_style_batches(module, paths, layout).__next__)
-    record("builder", module.sequential_host_batches(paths, layout, pin_memory).__next__)
+    record("builder", module.sequential_host_batches(paths, dist_info, seq_rows, layout.seq_len, pin_memory).__next__)
     for mode, fields in (("loader p0", dict(train_prefetch=False)), ("loader p1", dict(train_prefetch=True))):
         with module.make_train_loader(SimpleNamespace(**{**vars(h), **fields}), dist_info, logger) as loader:
             record(mode, loader.next_batch)

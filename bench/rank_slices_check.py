@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from trainer_module import REPO, load_trainer, micro_batch_layout  # noqa: E402
 
 
 def main() -> int:
@@ -28,13 +28,13 @@ def main() -> int:
     parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
-    tg = load_trainer(args.module, needed=("make_train_loader", "micro_batch_layout", "load_data_shard"))
+    tg = load_trainer(args.module, needed=("make_train_loader", "load_data_shard"))
     environ = dict(os.environ)
     h = tg.Hyperparameters.from_env(environ)
     dist_info = tg.init_distributed(environ)
     h.validate_for_world(dist_info.world_size)
     logger = tg.Logger(dist_info, "/tmp/rank_slices_logs", h.run_id)  # a fresh uuid unless RUN_ID is set
-    layout = tg.micro_batch_layout(h, dist_info)
+    layout = micro_batch_layout(h, dist_info)
     micro_steps = args.steps * dist_info.grad_accum_steps
     needed = micro_steps * dist_info.world_size * layout.span
     stream, total = [], 0

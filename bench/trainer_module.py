@@ -3,6 +3,7 @@ when the file is missing or lacks the names a benchmark needs."""
 import importlib.util
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,6 +19,20 @@ def load_trainer(path: Path = REPO / "train_gpt.py", needed=()):
     if missing:
         sys.exit(f"{path} lacks the names this benchmark needs: {', '.join(missing)}")
     return module
+
+
+def micro_batch_layout(h, dist_info) -> SimpleNamespace:
+    """One rank's place in the SPEC §3 stream: each micro-step takes world_size spans of local_tokens + 1 tokens."""
+    local_tokens = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps)
+    return SimpleNamespace(rank=dist_info.rank, world_size=dist_info.world_size, local_tokens=local_tokens,
+                           seq_len=h.train_seq_len, span=local_tokens + 1)
+
+
+def events_elapsed_ms(event_pairs) -> float:
+    """Sum of elapsed_time over (before, after) CUDA event pairs; waits for them."""
+    for _, after in event_pairs:
+        after.synchronize()
+    return sum(before.elapsed_time(after) for before, after in event_pairs)
 
 
 class ConsoleLogger:

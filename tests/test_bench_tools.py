@@ -34,10 +34,10 @@ def test_rank_slices_check_passes_on_the_trainer(tiny_data, tmp_path):
 
 def test_rank_slices_check_fails_when_ranks_read_the_same_tokens(tiny_data, tmp_path):
     source = (REPO / "train_gpt.py").read_text()
-    needle = "before, after = layout.rank * layout.span"
+    needle = "mine, total = dist_info.rank * span"
     assert needle in source
     broken = tmp_path / "train_gpt_same_slice.py"  # every rank reads rank 0's span
-    broken.write_text(source.replace(needle, "before, after = 0 * layout.span"))
+    broken.write_text(source.replace(needle, "mine, total = 0 * span"))
     out = run_rank_slices(tiny_data, tmp_path, broken)
     assert out.returncode != 0
     assert "rank 1: 12 micro-batches, 12 mismatching" in out.stdout and "rank slices check: FAIL" in out.stdout
