@@ -419,10 +419,9 @@ class Logger:
             print("logfile:" + self.path, flush=True)
 
     def log(self, msg: str, console: bool = True) -> None:
-        if self._file is not None and console:
-            print(msg, flush=True)
         if self._file is not None:
-            print(msg, file=self._file, flush=True)
+            for stream in (sys.stdout, self._file) if console else (self._file,):
+                print(msg, file=stream, flush=True)
 
     def close(self) -> None:
         if self._file is not None:
@@ -2802,9 +2801,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     eval_forward = make_hidden_forward(h, dist_info, eval_model)  # a new model of the same recipe reuses the code
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
                                       evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
-    # the record's parsers also want the stride-64 score
-    extra_stride = h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len
-    for stride in [h.eval_stride] + [RECORD_EVAL_STRIDE] * extra_stride:
+    record_stride = h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len
+    for stride in [h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else []):  # the record's parsers want it
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
         results[label] = timed_eval(
             dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
