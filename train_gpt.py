@@ -2,8 +2,8 @@
 Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env vars (`python train_gpt.py --help`);
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
-import atexit, base64, contextlib, copy, difflib, glob, hashlib, importlib.metadata, io, json, linecache, lzma
-import math, os, queue, random, subprocess, sys, threading, time, tokenize, uuid
+import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
+import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
 from dataclasses import astuple, dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -14,23 +14,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
-try:  # brotli: the packed counted code (pack_source) and COMPRESSOR=brotli; without it only COMPRESSOR=lzma runs
-    import brotli
-except ImportError:
-    brotli = None
-try:  # constriction: COMPRESSOR=ans's entropy coder (rANS)
-    import constriction
-except ImportError:
-    constriction = None
-try:  # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
-    from flash_attn_interface import flash_attn_func as _flash_attn_func
-except ImportError:
-    _flash_attn_func = None
-try:  # Triton (ships with CUDA builds of torch): the fused ops of section 5
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = tl = None
+def optional_module(name: str):
+    """The module, or None where it is not installed (what needs it checks for None, or runs without it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+brotli = optional_module("brotli")  # the packed counted code (pack_source), COMPRESSOR=brotli; without it: lzma only
+constriction = optional_module("constriction")  # COMPRESSOR=ans's entropy coder (rANS)
+# optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
+_flash_attn_func = getattr(optional_module("flash_attn_interface"), "flash_attn_func", None)
+triton, tl = optional_module("triton"), optional_module("triton.language")  # the fused ops of section 5
 
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
@@ -45,21 +40,16 @@ CHOICES = {  # the values a setting of a fixed set accepts (VAL_BYTECOUNT_DEVICE
     "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
-RECIPES = {
-    "2026-03-23": {},
-    "2026-04-09": dict(
-        data_path="./data/datasets/fineweb10B_sp8192", tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model",
-        vocab_size=8192, iterations=20000, warmdown_iters=0, warmdown_frac=0.72, min_lr=0.0,
-        gptq_reserve_seconds=12.0, mlp_mult=4.0, qk_gain_init=5.25, xsa_last_n=11, bigram_enabled=False,
-        smear_enabled=False, ve_enabled=False, num_loops=2, loop_start=3, loop_end=5, enable_looping_at=0.35,
-        parallel_residual_start=7, skip_gates_enabled=True, rope_train_seq_len=0, rope_bf16=True,
-        init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03, muon_wd=0.095, adam_wd=0.02,
-        embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced", ema_decay=0.9965,
-        late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="ans",
-        byte_shuffle=True,
-        control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
-                                     "skip_weight,skip_weights,skip_gates"),
-}
+RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
+    data_path="./data/datasets/fineweb10B_sp8192", tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model",
+    vocab_size=8192, iterations=20000, warmdown_iters=0, warmdown_frac=0.72, min_lr=0.0, gptq_reserve_seconds=12.0,
+    mlp_mult=4.0, qk_gain_init=5.25, xsa_last_n=11, bigram_enabled=False, smear_enabled=False, ve_enabled=False,
+    num_loops=2, loop_start=3, loop_end=5, enable_looping_at=0.35, parallel_residual_start=7, skip_gates_enabled=True,
+    rope_train_seq_len=0, rope_bf16=True, init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03,
+    muon_wd=0.095, adam_wd=0.02, embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced",
+    ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="ans",
+    byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,"
+                                                    "q_gain,skip_weight,skip_weights,skip_gates")}
 
 @dataclass(frozen=True)
 class Hyperparameters:
@@ -226,16 +216,10 @@ class Hyperparameters:
              "ROPE_DIMS=%d must be even and in (0, head_dim=%d]" % (self.rope_dims, head_dim)),
             (self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0,
              "NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads)),
-            (self.logit_softcap <= 0, "LOGIT_SOFTCAP=%s must be > 0" % self.logit_softcap),
-            (self.bigram_vocab_size < 2, "BIGRAM_VOCAB_SIZE=%d must be >= 2" % self.bigram_vocab_size),
-            (not 0 <= self.xsa_last_n <= self.num_layers,
-             "XSA_LAST_N=%d must be in [0, NUM_LAYERS=%d]" % (self.xsa_last_n, self.num_layers)),
             (ve_bad, ve_error),
-            (not 0.0 < self.ema_decay < 1.0, "EMA_DECAY=%s must be in (0, 1)" % self.ema_decay),
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (self.training_timing_every <= 0, "TRAINING_TIMING_EVERY=%d must be > 0" % self.training_timing_every),
             (self.val_bytecount_device not in ("cpu", "cuda"),
              "VAL_BYTECOUNT_DEVICE=%r must be one of cpu, cuda" % self.val_bytecount_device),
             (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
@@ -243,11 +227,6 @@ class Hyperparameters:
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
              "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence"
              % (self.ttt_chunk_tokens, self.train_seq_len)),
-            (not 0 <= self.ttt_freeze_blocks <= self.num_layers,
-             "TTT_FREEZE_BLOCKS=%d must be in [0, NUM_LAYERS=%d]" % (self.ttt_freeze_blocks, self.num_layers)),
-            (not self.ttt_lr > 0.0, "TTT_LR=%s must be > 0" % self.ttt_lr),
-            (not 0.0 <= self.ttt_momentum < 1.0, "TTT_MOMENTUM=%s must be in [0, 1)" % self.ttt_momentum),
-            (not self.ttt_grad_clip > 0.0, "TTT_GRAD_CLIP=%s must be > 0" % self.ttt_grad_clip),
             (patterns and any(not part.strip() for part in patterns.split(",")),
              "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns),
             (self.train_shuffle_seed == "rank_and_seed" and self.seed < 0,
@@ -256,81 +235,65 @@ class Hyperparameters:
              "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
             (self.warmdown_iters > 0 and self.warmdown_frac > 0, "WARMDOWN_ITERS=%d and WARMDOWN_FRAC=%s: set one "
              "of them (the other to 0)" % (self.warmdown_iters, self.warmdown_frac)),
-            (not 0.0 <= self.warmdown_frac <= 1.0, "WARMDOWN_FRAC=%s must be in [0, 1]" % self.warmdown_frac),
-            (not 0.0 <= self.min_lr <= 1.0, "MIN_LR=%s must be in [0, 1] (a floor of the LR multiplier)" % self.min_lr),
             (self.gptq_reserve_seconds < 0 or 0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
              "GPTQ_RESERVE_SECONDS=%s must be >= 0 and below MAX_WALLCLOCK_SECONDS=%s"
              % (self.gptq_reserve_seconds, self.max_wallclock_seconds)),
-            (self.num_loops < 0, "NUM_LOOPS=%d must be >= 0" % self.num_loops),
             (self.num_loops > 0 and not 0 <= self.loop_start <= self.loop_end < self.num_layers, "LOOP_START=%d and "
              "LOOP_END=%d must satisfy 0 <= LOOP_START <= LOOP_END < NUM_LAYERS=%d"
              % (self.loop_start, self.loop_end, self.num_layers)),
-            (not 0.0 <= self.enable_looping_at <= 1.0,
-             "ENABLE_LOOPING_AT=%s must be in [0, 1]" % self.enable_looping_at),
             (self.quantizer != "gptq" and bool(gptq_set), "%s apply to QUANTIZER=gptq only, not %s"
              % (", ".join(gptq_set), self.quantizer)),
             (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
              "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
             (self.compressor == "ans" and constriction is None, "COMPRESSOR=ans needs the constriction module, which "
              "this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
+        bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
+            "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
+                    "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
+                    "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas"),
+            ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches"),
+            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops"),
+            "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
+            "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
+            "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
+            "in [0, NUM_LAYERS=%d]" % self.num_layers: (lambda v: 0 <= v <= self.num_layers,
+                                                         "xsa_last_n ttt_freeze_blocks"),
+            "in [2, 8] (q is stored as int8)": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits")}
         errors = [message for failed, message in rows if failed]
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in CHOICES.items() if getattr(self, name) not in allowed]
-        errors += ["%s=%d must be > 0" % (name.upper(), getattr(self, name)) for name in (
-            "num_layers", "num_heads", "vocab_size", "train_seq_len", "train_batch_tokens", "val_batch_size",
-            "bigram_dim", "ve_dim", "muon_backend_steps", "swa_every") if getattr(self, name) <= 0]
-        errors += ["%s=%d must be >= 1" % (name.upper(), getattr(self, name)) for name in (
-            "train_prefetch_queue", "val_prefetch_queue", "eval_batch_seqs", "ttt_chunk_tokens", "ttt_batch_seqs",
-            "ttt_epochs", "gptq_calibration_batches") if getattr(self, name) < 1]
-        errors += ["%s=%d must be in [2, 8] (q is stored as int8)" % (name.upper(), getattr(self, name))
-                   for name in ("matrix_bits", "embed_bits") if not 2 <= getattr(self, name) <= 8]
-        errors += ["%s=%s must be > 0" % (name.upper(), getattr(self, name))
-                   for name in ("matrix_clip_sigmas", "embed_clip_sigmas") if not getattr(self, name) > 0]
+        errors += ["%s=%s must be %s" % (name.upper(), getattr(self, name), bound) for bound, (test, names)
+                   in bounds.items() for name in names.split() if not test(getattr(self, name))]
         if errors:
             raise ConfigError(errors)
 
     def validate_for_world(self, world_size: int) -> None:
-        """Checks that depend on the launch (world size) as well as the config; all problems at once."""
+        """The launch's checks: WORLD_SIZE divides 8 and each of the 8 micro-batches holds whole sequences."""
         if world_size <= 0 or 8 % world_size != 0:
             raise ConfigError(["WORLD_SIZE=%d must divide 8 (grad_accum_steps = 8 / WORLD_SIZE)" % world_size])
-        errors, micro_batches = [], world_size * (8 // world_size)
-        if self.train_batch_tokens % micro_batches != 0:
-            errors.append("TRAIN_BATCH_TOKENS=%d must be divisible by world_size*grad_accum_steps=%d"
-                          % (self.train_batch_tokens, micro_batches))
-        elif (self.train_batch_tokens // micro_batches) % self.train_seq_len != 0:
-            errors.append("TRAIN_BATCH_TOKENS/(world_size*grad_accum_steps)=%d must be a multiple of TRAIN_SEQ_LEN=%d"
-                          % (self.train_batch_tokens // micro_batches, self.train_seq_len))
-        if (self.val_batch_size // micro_batches) // self.train_seq_len < 1:
-            errors.append("VAL_BATCH_SIZE=%d gives no full sequence of TRAIN_SEQ_LEN=%d per rank and micro-step"
-                          % (self.val_batch_size, self.train_seq_len))
+        micro_batch = self.train_batch_tokens // 8  # world_size * grad_accum_steps = 8 micro-batches per step
+        rows = [(self.train_batch_tokens % 8 != 0, "TRAIN_BATCH_TOKENS=%d must be divisible by "
+                 "world_size*grad_accum_steps=8" % self.train_batch_tokens),
+                (self.train_batch_tokens % 8 == 0 and micro_batch % self.train_seq_len != 0,
+                 "TRAIN_BATCH_TOKENS/(world_size*grad_accum_steps)=%d must be a multiple of TRAIN_SEQ_LEN=%d"
+                 % (micro_batch, self.train_seq_len)),
+                (self.val_batch_size // 8 < self.train_seq_len, "VAL_BATCH_SIZE=%d gives no full sequence of "
+                 "TRAIN_SEQ_LEN=%d per rank and micro-step" % (self.val_batch_size, self.train_seq_len))]
+        errors = [message for failed, message in rows if failed]
         if errors:
             raise ConfigError(errors)
 
-    @property
-    def ve_layer_indices(self) -> Tuple[int, ...]:
-        return tuple(int(part) for part in self.ve_layers.split(",") if part.strip()) if self.ve_enabled else ()
-
-    @property
-    def effective_eval_seq_len(self) -> int:
-        return self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len
-
-    @property
-    def effective_rope_train_seq_len(self) -> int:
-        return self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len
-
-    @property
-    def train_files(self) -> str:
-        return os.path.join(self.data_path, "fineweb_train_*.bin")
-
-    @property
-    def val_files(self) -> str:
-        return os.path.join(self.data_path, "fineweb_val_*.bin")
-
-    @property
-    def train_budget_ms(self) -> Optional[float]:
-        """Training time: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap."""
-        cap = self.max_wallclock_seconds
-        return 1000.0 * (cap - self.gptq_reserve_seconds) if cap > 0 else None
+    ve_layer_indices = property(lambda self: tuple(int(part) for part in self.ve_layers.split(",") if part.strip())
+                                if self.ve_enabled else ())
+    effective_eval_seq_len = property(lambda self: self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len)
+    effective_rope_train_seq_len = property(
+        lambda self: self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len)
+    train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
+    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
+    # training time in ms: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap
+    train_budget_ms = property(lambda self: 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds)
+                               if self.max_wallclock_seconds > 0 else None)
 
 class RunFailure(Exception):
     """A named failure: main() prints `error: <message>` (no traceback) as the failing rank's last line, exit_code."""
@@ -348,51 +311,41 @@ class DataError(RunFailure, ValueError):
     """A dataset, tokenizer or artifact file that cannot be used; the message names the file."""
 
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
+ENV_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def _parse_env_value(raw: str, annotation):
     """`raw` as a value of the field type `annotation`; ValueError says why it is not one."""
-    if annotation is bool:
-        lowered = raw.strip().lower()
-        if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            raise ValueError("not a boolean")
-        return lowered in ("1", "true", "yes", "on")
-
-    value = raw if annotation is str else annotation(raw.strip())
+    text = raw.strip()
+    if annotation is bool and text.lower() not in ENV_BOOLEANS:
+        raise ValueError("not a boolean")
+    value = raw if annotation is str else ENV_BOOLEANS[text.lower()] if annotation is bool else annotation(text)
     if annotation is float and not math.isfinite(value):
         raise ValueError("not finite")
     return value
 
 def suspicious_env_names(environ) -> List[str]:
     """Warnings for env vars that look like ours but are no field (the record's README set LATE_QAT, unread)."""
-    known = {f.name.upper() for f in fields(Hyperparameters)}
-    known |= {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    known = sorted({f.name.upper() for f in fields(Hyperparameters)}
+                   | {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
     warnings = []
-    for name in sorted(set(environ) - known):
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+    for name in sorted(set(environ) - set(known)):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         if name.startswith(ENV_PREFIXES_OF_OURS) or close:
-            hint = " (did you mean %s?)" % close[0] if close else ""
-            warnings.append("%s=%s is not a setting of this script and is IGNORED%s" % (name, environ[name], hint))
+            warnings.append("%s=%s is not a setting of this script and is IGNORED%s"
+                            % (name, environ[name], " (did you mean %s?)" % close[0] if close else ""))
     return warnings
 
 def settings_help() -> str:
     """`train_gpt.py --help`: each setting's env name, type, default and the trailing comment of its field."""
-    body = read_own_source().split("\nclass Hyperparameters:\n", 1)[1].splitlines(keepends=True)
-    comments, headings, heading, name = {}, {}, None, None
-    for token in tokenize.generate_tokens(iter(body).__next__):
-        if token.start[1] == 4 and token.string in ("@", "def"):  # the fields end where the methods start
-            break
-        if token.type == tokenize.NAME and token.start[1] == 4 and token.line[4:].startswith(token.string + ":"):
-            name, headings[token.string], heading = token.string, heading, None
-        elif token.type == tokenize.COMMENT and token.line.lstrip().startswith("#"):
-            heading = token.string.lstrip("# ")
-        elif token.type == tokenize.COMMENT and name is not None:
-            comments.setdefault(name, token.string.lstrip("# "))
+    body = read_own_source().split("\nclass Hyperparameters:\n", 1)[1].split("\n    @", 1)[0]
+    comments = dict(re.findall(r"^    (\w+): \w+ = [^#]*#\s*(.*)$", body, re.MULTILINE))  # the field's own line
+    headings = {name: heading for heading, name in re.findall(r"^    # (.*)\n    (\w+):", body, re.MULTILINE)}
     lines = ["usage: torchrun --standalone --nproc_per_node=8 train_gpt.py  (one process: python train_gpt.py)",
              "Settings are environment variables (NUM_LAYERS=9 torchrun ...); the defaults are the 2026-03-23 "
              "record's run; [2026-04-09: ...] is RECIPE=2026-04-09's value where it differs.",
              "Booleans take 0/1/true/false. Outputs: logs/<RUN_ID>.txt and logs/<RUN_ID>/."]
     for f in fields(Hyperparameters):
-        if headings.get(f.name):
+        if f.name in headings:
             lines += ["", headings[f.name] + ":"]
         recipes = "".join(" [%s: %s]" % (recipe, table[f.name]) for recipe, table in RECIPES.items()
                           if table.get(f.name, f.default) != f.default)
@@ -406,36 +359,24 @@ class DistInfo:
     rank: int
     world_size: int
     device: torch.device
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def grad_accum_steps(self) -> int:
-        return 8 // self.world_size
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
+    is_main = property(lambda self: self.rank == 0)
+    distributed = property(lambda self: self.world_size > 1)
+    grad_accum_steps = property(lambda self: 8 // self.world_size)
+    is_cuda = property(lambda self: self.device.type == "cuda")
 
 def init_distributed(environ) -> DistInfo:
     """torchrun env (RANK, WORLD_SIZE, LOCAL_RANK) -> process group: NCCL on CUDA, gloo on CPU."""
     launched = "RANK" in environ and "WORLD_SIZE" in environ
-    rank, world_size = (int(environ["RANK"]), int(environ["WORLD_SIZE"])) if launched else (0, 1)
     local_rank = int(environ.get("LOCAL_RANK", "0")) if launched else 0
-
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    info = DistInfo(int(environ["RANK"]) if launched else 0, int(environ["WORLD_SIZE"]) if launched else 1,
+                    torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu"))
+    if info.is_cuda:  # TF32 matmuls and convolutions, as the record ran
+        torch.cuda.set_device(info.device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if launched:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                                device_id=device if device.type == "cuda" else None)
-    return DistInfo(rank, world_size, device)
+        dist.init_process_group(backend="nccl" if info.is_cuda else "gloo",
+                                device_id=info.device if info.is_cuda else None)
+    return info
 
 def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
     if dist_info.distributed:
@@ -465,33 +406,26 @@ def autocast_context(dist_info: DistInfo):
 
 class Logger:
     """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused."""
-
     def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
-        self.enabled, self.path, self._file = dist_info.is_main, os.path.join(log_dir, run_id + ".txt"), None
-        self.output_dir = os.path.join(log_dir, run_id)
-        if self.enabled:
+        self.path, self.output_dir = os.path.join(log_dir, run_id + ".txt"), os.path.join(log_dir, run_id)
+        self._file = None
+        if dist_info.is_main:
             os.makedirs(log_dir, exist_ok=True)
             taken = [path for path in (self.path, self.output_dir) if os.path.exists(path)]
-            try:
-                self._file = None if taken else open(self.path, "x", encoding="utf-8")  # "x": never append
-            except FileExistsError:  # another run with this RUN_ID started just now
-                taken = [self.path]
             if taken:
                 raise ConfigError(["RUN_ID=%s: %s already exists (an earlier run's): choose another RUN_ID or move "
                                    "it away" % (run_id, taken[0])])
+            self._file = open(self.path, "x", encoding="utf-8")  # "x": never append to another run's log
             print("logfile:" + self.path, flush=True)
 
     def log(self, msg: str, console: bool = True) -> None:
-        if not self.enabled:
-            return
-        if console:
-            print(msg, flush=True)
-        print(msg, file=self._file, flush=True)
+        if self._file is not None:
+            for stream in (sys.stdout, self._file) if console else (self._file,):
+                print(msg, file=stream, flush=True)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-            self._file = None
 
 def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
     """File-only: code sha256, the source, versions, nvidia-smi, the config; then the warnings and the byte budget."""
@@ -501,11 +435,9 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: in
     except (OSError, subprocess.SubprocessError):
         smi = "nvidia-smi: not available"
     rule = "=" * 100
-    texts = [code, rule, "Running Python " + sys.version, "Running PyTorch " + torch.__version__, smi, rule]
-    for text in texts + ["config:%s=%s" % (f.name, getattr(h, f.name)) for f in fields(h)]:
-
+    for text in [code, rule, "Running Python " + sys.version, "Running PyTorch " + torch.__version__, smi, rule] + [
+            "config:%s=%s" % (f.name, getattr(h, f.name)) for f in fields(h)]:
         logger.log(text, console=False)
-
     for warning in suspicious_env_names(environ):
         logger.log("WARNING unknown_env: " + warning)
     logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d"
@@ -516,23 +448,22 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: in
 
 # The counted form of this file (records.pack writes it; code_bytes is its size): the source, brotli + base85, run
 # after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
-PACKED_TEMPLATE = (
-    "# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE\n"
-    "import base64,brotli,hashlib,io,linecache,sys,traceback\n"
-    '_f,_h="<%s>"%__file__,"{sha256}"\n'
-    'try:_p="{payload}";_b=base64.b85decode(_p);_s=brotli.decompress(_b).decode();_ok=base64.b85encode(_b).decode()'
-    "==_p and hashlib.sha256(_s.encode()).hexdigest()==_h\n"
-    "except Exception:_ok=0\n"
-    'if not _ok:raise SystemExit("%s: the packed source does not decode to sha256 %s: the file was edited after '
-    'packing"%(__file__,_h))\n'
-    "linecache.cache[_f]=len(_s),None,io.StringIO(_s).readlines(),_f\n"
-    'if __name__=="__main__":sys.excepthook=traceback.print_exception\n'
-    'exec(compile(_s,_f,"exec"))\n')
+PACKED_TEMPLATE = """\
+# train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE
+import base64,brotli,hashlib,io,linecache,sys,traceback
+_f,_h="<%s>"%__file__,"{sha256}"
+try:_p="{payload}";_b=base64.b85decode(_p);_s=brotli.decompress(_b).decode();_ok=base64.b85encode(_b).decode()\
+==_p and hashlib.sha256(_s.encode()).hexdigest()==_h
+except Exception:_ok=0
+if not _ok:raise SystemExit("%s: the packed source does not decode to sha256 %s: the file was edited after \
+packing"%(__file__,_h))
+linecache.cache[_f]=len(_s),None,io.StringIO(_s).readlines(),_f
+if __name__=="__main__":sys.excepthook=traceback.print_exception
+exec(compile(_s,_f,"exec"))
+"""
 
 def pack_source(source: str) -> bytes:
     """The counted file that runs `source` (read with universal newlines); fixed settings: same source, same bytes."""
-    if brotli is None:
-        raise RunFailure("packing needs the brotli module, which this Python (%s) lacks" % sys.executable)
     if "\r" in source:  # compile() would count a lone CR as a line break, linecache would not
         raise ValueError("pack_source: the source holds CR characters; pass the text read with universal newlines")
     data = source.encode("utf-8")
@@ -2707,8 +2638,6 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
 
 
 # ==== 11. MAIN ====
-PEER_GRACE_SECONDS = 5.0  # torchrun polls its ranks every 0.1 s (5 s before torch 2.4); see main()
-
 def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
     """As data/manifest.py: (sha256 of the tokenizer that made the shards, where it is named), or (None, why not)."""
     path = os.path.join(data_path, "manifest.json")
@@ -2727,11 +2656,10 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
 
 def load_tokenizer(h: Hyperparameters, logger):
     """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards."""
-    try:
-        import sentencepiece as spm
-    except ImportError:
+    spm = optional_module("sentencepiece")
+    if spm is None:
         raise RunFailure("this Python (%s) lacks the sentencepiece module the tokenizer needs: pip install "
-                         "sentencepiece" % sys.executable) from None
+                         "sentencepiece" % sys.executable)
     if not os.path.isfile(h.tokenizer_path):
         raise DataError("TOKENIZER_PATH=%s: no such file (build data first: see README)" % h.tokenizer_path)
     with open(h.tokenizer_path, "rb") as handle:
@@ -2777,10 +2705,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     eval_forward = make_hidden_forward(h, dist_info, eval_model)  # a new model of the same recipe reuses the code
     results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
                                       evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
-    strides = [h.eval_stride]
-    if h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len:
-        strides.append(RECORD_EVAL_STRIDE)  # the record's parsers also want the stride-64 score
-    for stride in strides:
+    record_stride = h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len
+    for stride in [h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else []):  # the record's parsers want it
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
         results[label] = timed_eval(
             dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
@@ -2791,7 +2717,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
             evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.tables))
     return results
 
-def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, environ) -> None:
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
+    code = read_own_source()
     code_bytes = len(pack_source(code)) if brotli is not None else len(code.encode("utf-8"))  # the counted bytes
     log_run_header(logger, h, code, code_bytes, environ)
     val = load_validation_data(h, load_tokenizer(h, logger), dist_info.device)
@@ -2799,33 +2726,30 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
                                                             len(list_shards(h.train_files, "train"))))
     logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
-    if dist_info.is_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     kernels = select_kernels(h, dist_info)
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
         use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
         return fresh
-    def make_loader() -> DeviceBatchFeed:
-        return make_train_loader(h, dist_info, logger)
+    make_loader = functools.partial(make_train_loader, h, dist_info, logger)
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
     base_model.set_qat(h.qat_enabled)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
-    logger.log("model_params:%d" % sum(p.numel() for p in base_model.parameters()))
-    logger.log("XSA:last_%d active_layers:%s"
-               % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]))
-    logger.log("world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps))
-    logger.log("attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled))
-    logger.log("qk_kernel:%s (%s)" % kernels["qk"])
-    logger.log("mlp_kernel:%s (%s)" % kernels["mlp"])
-    logger.log("attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads))
-    logger.log("tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
-               % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
-                  h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr))
-    logger.log("train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
-               % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds))
-    logger.log("seed:%d" % h.seed)
+    for line in [
+            "model_params:%d" % sum(p.numel() for p in base_model.parameters()),
+            "XSA:last_%d active_layers:%s"
+            % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]),
+            "world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps),
+            "attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled),
+            "qk_kernel:%s (%s)" % kernels["qk"], "mlp_kernel:%s (%s)" % kernels["mlp"],
+            "attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads),
+            "tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
+            % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
+               h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr),
+            "train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
+            % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds),
+            "seed:%d" % h.seed]:
+        logger.log(line)
     if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
     optimizers = Optimizers(h, base_model, dist_info)
@@ -2842,6 +2766,11 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, code: str, envi
                                                    for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
     logger.log("outputs: " + outputs)
 
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (SIGINT): the run stopped"
+    return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
+
 def launch(environ, argv: List[str], world_size: int) -> int:
     """--help, or the run: settings, process group, log, training and evaluation."""
     if {"--help", "-h"} & set(argv):
@@ -2853,11 +2782,10 @@ def launch(environ, argv: List[str], world_size: int) -> int:
                          "train_gpt.py); python train_gpt.py --help lists them" % argv[0], exit_code=2)
     h = Hyperparameters.from_env(environ)
     h.validate_for_world(world_size)
-    code = read_own_source()
     dist_info = init_distributed(environ)
     logger = Logger(dist_info, "logs", h.run_id)
     try:
-        run(h, dist_info, logger, code, environ)
+        run(h, dist_info, logger, environ)
         barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
     except BaseException as exc:  # the log ends with the reason too; main() tells the console
         logger.log("error: " + failure_reason(exc), console=False)
@@ -2868,11 +2796,6 @@ def launch(environ, argv: List[str], world_size: int) -> int:
         dist.destroy_process_group()
     return 0
 
-def failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (SIGINT): the run stopped"
-    return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
-
 @record  # under torchrun, the traceback of an exception main() does not name becomes the job's root cause
 def main() -> int:
     """A RunFailure ends in one `error:` line on stderr (and torchrun's error file), Ctrl-C in one line (exit 130), a
@@ -2881,7 +2804,7 @@ def main() -> int:
     dead peer causes) one more."""
     environ = dict(os.environ)
     rank, world_size = int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
-    grace = PEER_GRACE_SECONDS if world_size > 1 else 0.0
+    grace = 5.0 if world_size > 1 else 0.0  # torchrun polls its ranks every 0.1 s (5 s before torch 2.4)
     try:
         return launch(environ, sys.argv[1:], world_size)
     except RunFailure as failure:
