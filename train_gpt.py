@@ -755,7 +755,7 @@ class GPT(nn.Module):
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len, h.rope_bf16)
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
-        self.bigram = BigramHash(h) if h.bigram_enabled else None
+        self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
         self.layer_orders, self.looping = layer_orders(h), False  # looping: set by training, on for the final evals
         skip_rows = min(len(part) for part in self.layer_orders[True])
@@ -767,7 +767,7 @@ class GPT(nn.Module):
         self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
         self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
         self.ve_layers = h.ve_layer_indices
-        self.ve_shared = ValueEmbedding(h) if self.ve_layers else None
+        self.ve_shared = ScaledEmbedding(h.vocab_size, h.ve_dim, kv_dim, 0.1, 0.01) if self.ve_layers else None
         self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
         self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
         self._init_weights(h)
@@ -805,7 +805,9 @@ class GPT(nn.Module):
 
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None) -> Tensor:
         """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input."""
-        x = self.tok_emb(ids) if self.bigram is None else self.tok_emb(ids) + self.bigram(ids)
+        x = self.tok_emb(ids)
+        if self.bigram is not None:
+            x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
         rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
                              *self.rope_args)
@@ -846,7 +848,7 @@ class GPT(nn.Module):
     def set_qat(self, enabled: bool) -> None:
         for module in self.modules():
             if isinstance(module, CastedLinear):
-                module.qat_active.fill_(1.0 if enabled else 0.0)
+                module.qat_active.fill_(float(enabled))
 
     def qat_enabled(self) -> bool:
         return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
@@ -897,7 +899,7 @@ class Block(nn.Module):
         w_up, w_down = w_up.to(x.dtype), (self.mlp_scale[:, None] * w_down).to(x.dtype)
         if collector is None:
             return x + (self.mlp_op or leaky_relu_sq_mlp)(mlp_in, w_up, w_down)
-        act = mlp_activation(mlp_in, w_up)
+        act = F.leaky_relu(F.linear(mlp_in, w_up), negative_slope=LEAKY_SLOPE).square()  # leaky_relu_sq_mlp's hidden
         collector.add(mlp_in, self.name + "mlp.fc.weight")
         collector.add(act, self.name + "mlp.proj.weight")
         return x + F.linear(act, w_down)
@@ -937,8 +939,8 @@ class CausalSelfAttention(nn.Module):
             if value_embed is not None:
                 v = v + value_embed
             v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
-            q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype), 1)
-            y = causal_attention(q, qk_norm_rope(k, *rope, None, 1), v, self.backend)
+            q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype))
+            y = causal_attention(q, qk_norm_rope(k, *rope, None), v, self.backend)
         if self.use_xsa:  # v has the KV heads here (group H / Hkv)
             xsa = self.xsa_op if self.xsa_op is not None and collector is None else exclusive_self_attention
             y = xsa(y, v)
@@ -947,24 +949,25 @@ class CausalSelfAttention(nn.Module):
             collector.add(y, self.name + "proj.weight")
         return F.linear(y, w_o.to(x.dtype))
 
-class BigramHash(nn.Module):
-    """Hashed (previous, current) token pair embedding, projected to model_dim and scaled (SPEC §4.2)."""
+class ScaledEmbedding(nn.Module):
+    """scale * proj(embed(ids)): the hashed bigram embedding (SPEC §4.2) and the shared value embedding."""
 
-    def __init__(self, h: Hyperparameters):
+    def __init__(self, num_embeddings: int, embed_dim: int, out_dim: int, scale: float, init_std: float = 0.0):
         super().__init__()
-        self.buckets = h.bigram_vocab_size
-        self.embed = nn.Embedding(h.bigram_vocab_size, h.bigram_dim)
-        self.proj = CastedLinear(h.bigram_dim, h.model_dim)
-        self.scale = nn.Parameter(torch.tensor(0.05))
-
-    def bucket_ids(self, ids: Tensor) -> Tensor:
-        ids32, modulus = ids.to(torch.int32), self.buckets - 1
-        pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
-        first = torch.full_like(ids32[:, :1], modulus)  # position 0 has no previous token: the reserved bucket
-        return torch.cat((first, pairs), dim=1)
+        self.embed = nn.Embedding(num_embeddings, embed_dim)
+        if init_std:
+            nn.init.normal_(self.embed.weight, std=init_std)  # before proj's draws, as the record's value embedding
+        self.proj = CastedLinear(embed_dim, out_dim)
+        self.scale = nn.Parameter(torch.tensor(scale))
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.scale * self.proj(self.embed(self.bucket_ids(ids)))
+        return self.scale * self.proj(self.embed(ids))
+
+def bigram_buckets(ids: Tensor, buckets: int) -> Tensor:
+    """Hash of each (previous, current) token pair into [0, buckets - 1); position 0 gets the reserved last bucket."""
+    ids32, modulus = ids.to(torch.int32), buckets - 1
+    pairs = torch.bitwise_xor(36313 * ids32[:, 1:], 27191 * ids32[:, :-1]) % modulus
+    return torch.cat((torch.full_like(ids32[:, :1], modulus), pairs), dim=1)
 
 class SmearGate(nn.Module):
     """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
@@ -976,20 +979,6 @@ class SmearGate(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         g = torch.sigmoid(self.gate.to(x.dtype))
         return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
-
-class ValueEmbedding(nn.Module):
-    """Shared token -> value-space embedding added to v in the VE layers, each with its own scalar."""
-
-    def __init__(self, h: Hyperparameters):
-        super().__init__()
-        kv_dim = h.num_kv_heads * (h.model_dim // h.num_heads)
-        self.embed = nn.Embedding(h.vocab_size, h.ve_dim)
-        nn.init.normal_(self.embed.weight, std=0.01)  # before proj's draws, as the record
-        self.proj = CastedLinear(h.ve_dim, kv_dim)
-        self.scale = nn.Parameter(torch.tensor(0.1))
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.scale * self.proj(self.embed(ids))
 
 class CastedLinear(nn.Linear):
     """fp32 weight cast to the activation dtype; in training the 0/1 tensor `qat_active` (a tensor: no recompile
@@ -1048,13 +1037,10 @@ def apply_partial_rotary(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Te
     cos_full, sin_full = cos_full[None, :, None, :], sin_full[None, :, None, :]
     return x * cos_full + _SwapPairsTimes.apply(x, sin_full, swap)
 
-def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, gain: Optional[Tensor],
-                 repeat: int) -> Tensor:
-    """RoPE(rms_norm(x)) times the per-head gain, each head repeated `repeat` times."""
+def qk_norm_rope(x: Tensor, cos_full: Tensor, sin_full: Tensor, swap: Tensor, gain: Optional[Tensor]) -> Tensor:
+    """RoPE(rms_norm(x)), times the per-head gain if given."""
     y = apply_partial_rotary(rms_norm(x), cos_full, sin_full, swap)
-    if gain is not None:
-        y = y * gain[None, None, :, None]
-    return y.repeat_interleave(repeat, dim=2) if repeat > 1 else y
+    return y if gain is None else y * gain[None, None, :, None]
 
 def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor, swap: Tensor,
               gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
@@ -1067,10 +1053,11 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
     q, k, v = qkv.split((num_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
     if value_embed is not None:
         v = v + value_embed
-    q = qk_norm_rope(q.view(batch, seq_len, num_heads, head_dim), cos_full, sin_full, swap, gain, 1)
-    k = qk_norm_rope(k.view(batch, seq_len, kv_heads, head_dim), cos_full, sin_full, swap, None, repeat)
+    q = qk_norm_rope(q.view(batch, seq_len, num_heads, head_dim), cos_full, sin_full, swap, gain)
+    k = qk_norm_rope(k.view(batch, seq_len, kv_heads, head_dim), cos_full, sin_full, swap, None)
     v = v.reshape(batch, seq_len, kv_heads, head_dim)
-    return q, k, v.repeat_interleave(repeat, dim=2) if repeat > 1 else v, v if plain_v else v.new_empty(0)
+    return (q, k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2),
+            v if plain_v else v.new_empty(0))
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
@@ -1091,13 +1078,9 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     v_unit = F.normalize(v, dim=-1).unsqueeze(-2)
     return (y - (y * v_unit).sum(dim=-1, keepdim=True) * v_unit).view(batch, seq_len, heads, head_dim)
 
-def mlp_activation(x: Tensor, w_up: Tensor) -> Tensor:
-    """leaky_relu(x W_up^T, 0.5)^2: the MLP's hidden layer, the down-projection's input."""
-    return F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square()
-
 def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     """leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
-    return F.linear(mlp_activation(x, w_up), w_down)
+    return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
 
 
 # ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
@@ -1312,93 +1295,78 @@ XSA_EPS = 1e-12  # F.normalize's default
 MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, PROGRAMS_PER_SM=1)
 MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
 
-def register_triton_op(name: str, env_name: str, forward: Callable, backward: Callable, setup_context: Callable,
-                       grad_fn: Callable) -> Callable:
+def _register(name: str, forward: Callable, backward: Callable, setup_context: Callable, grad: Callable) -> Callable:
     """torch.ops.pgolf.<name> and <name>_backward as triton_ops, registered once per process (a reload reuses them)."""
-    if triton is None:
-        raise RuntimeError("%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name)
-    namespace = torch.ops.pgolf
-    if not hasattr(namespace, name):
+    if not hasattr(torch.ops.pgolf, name):
         op = torch.library.triton_op("pgolf::" + name, mutates_args=())(forward)
         torch.library.triton_op("pgolf::%s_backward" % name, mutates_args=())(backward)
-        op.register_autograd(grad_fn, setup_context=setup_context)
-    return getattr(namespace, name)
+        op.register_autograd(grad, setup_context=setup_context)
+    return getattr(torch.ops.pgolf, name)
 
 def _qkv_launches(qkv: Tensor, head_dim: int, num_heads: int, rope_dims: int, has_value_embed: bool,
                   plain_v: bool) -> list:
-    """Per part q, k, v: (heads, its first column in qkv's last dimension, rows, grid, kernel meta)."""
-    kv_heads = (qkv.size(-1) // head_dim - num_heads) // 2
-    if qkv.size(-1) != (num_heads + 2 * kv_heads) * head_dim or kv_heads < 1:
-        raise ValueError("fused q/k/v op: projection width %d is not (num_heads=%d + 2 * kv_heads) * head_dim=%d"
-                         % (qkv.size(-1), num_heads, head_dim))
+    """Per part q, k, v of the contiguous qkv: (heads, grid, the kernel's (rows, heads, seq_len, the part's first
+    column, x's strides), meta)."""
+    batch, seq_len, width = qkv.shape
+    kv_heads = (width // head_dim - num_heads) // 2
     launches = []
     for part, (heads, column) in enumerate(((num_heads, 0), (kv_heads, num_heads * head_dim),
                                             (kv_heads, (num_heads + kv_heads) * head_dim))):
-        rows = qkv.size(0) * qkv.size(1) * heads
+        rows = batch * seq_len * heads
         meta = dict(EPS=RMS_NORM_EPS, HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, NORM_ROPE=part < 2,
                     HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, HAS_PLAIN=part == 2 and plain_v,
                     BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
-        launches.append((heads, column, rows, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),), meta))
+        launches.append((heads, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),),
+                         (rows, heads, seq_len, column, seq_len * width, width, head_dim), meta))
     return launches
 
 def _qkv_heads_forward(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_full: Tensor,
                        gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
                        plain_v: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    qkv = qkv.contiguous()
-    batch, seq_len, width = qkv.shape
-    head_dim = cos_full.size(1)
+    qkv, head_dim = qkv.contiguous(), cos_full.size(1)
     launches = _qkv_launches(qkv, head_dim, num_heads, rope_dims, value_embed is not None, plain_v)
-    plain = qkv.new_empty((batch, seq_len, launches[2][0], head_dim) if plain_v else (0,))
+    plain = qkv.new_empty((*qkv.shape[:2], launches[2][0], head_dim) if plain_v else (0,))
     add = qkv if value_embed is None else value_embed.contiguous()  # qkv: unread, HAS_ADD is off
     outputs = []
-    for part, (heads, column, rows, grid, meta) in enumerate(launches):
+    for part, (heads, grid, sizes, meta) in enumerate(launches):
         times = 1 if part == 0 else repeat
-        outputs.append(qkv.new_empty(batch, seq_len, heads * times, head_dim))
+        outputs.append(qkv.new_empty(*qkv.shape[:2], heads * times, head_dim))
         torch.library.wrap_triton(_qkv_heads_fwd)[grid](
-            qkv, cos_full, sin_full, gain, add if part == 2 else qkv, outputs[-1], plain, rows, heads, seq_len,
-            column, seq_len * width, width, head_dim, times, **meta)
+            qkv, cos_full, sin_full, gain, add if part == 2 else qkv, outputs[-1], plain, *sizes, times, **meta)
     return tuple(outputs) + (plain,)
 
 def _qkv_heads_backward(dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor, qkv: Tensor, cos_full: Tensor,
-                        sin_full: Tensor, gain: Tensor, num_heads: int, rope_dims: int, repeat: int,
-                        has_value_embed: bool, plain_v: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                        sin_full: Tensor, gain: Tensor, num_heads: int, rope_dims: int, repeat: int, plain_v: bool,
+                        has_value_embed: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(d_qkv, d_value_embed (empty without one), d_gain)."""
-    qkv = qkv.contiguous()
-    batch, seq_len, width = qkv.shape
-    head_dim = cos_full.size(1)
+    qkv, head_dim, d_plain = qkv.contiguous(), cos_full.size(1), d_plain.contiguous()
     launches = _qkv_launches(qkv, head_dim, num_heads, rope_dims, has_value_embed, plain_v)
     d_qkv = qkv.new_empty(qkv.shape)
-    d_add = qkv.new_empty(batch, seq_len, launches[2][0] * head_dim if has_value_embed else 0)
-    d_gain_rows = qkv.new_empty(batch * seq_len * num_heads, dtype=torch.float32)
-    d_plain = d_plain.contiguous()
-    for part, ((heads, column, rows, grid, meta), grad) in enumerate(zip(launches, (dq, dk, dv))):
+    d_add = qkv.new_empty(*qkv.shape[:2], launches[2][0] * head_dim if has_value_embed else 0)
+    d_gain_rows = qkv.new_empty(qkv.size(0) * qkv.size(1) * num_heads, dtype=torch.float32)
+    for part, ((heads, grid, sizes, meta), grad) in enumerate(zip(launches, (dq, dk, dv))):
         torch.library.wrap_triton(_qkv_heads_bwd)[grid](
-            qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, rows, heads, seq_len, column,
-            seq_len * width, width, head_dim, *grad.stride(), 1 if part == 0 else repeat, **meta)
+            qkv, cos_full, sin_full, gain, grad, d_plain, d_qkv, d_add, d_gain_rows, *sizes, *grad.stride(),
+            1 if part == 0 else repeat, **meta)
     return d_qkv, d_add, d_gain_rows.view(-1, num_heads).sum(0)
 
 def _qkv_setup_context(ctx, inputs, output) -> None:
-    qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v = inputs
+    qkv, value_embed, cos_full, sin_full, gain, *config = inputs  # config: num_heads, rope_dims, repeat, plain_v
     ctx.save_for_backward(qkv, cos_full, sin_full, gain)
-    ctx.has_value_embed, ctx.config, ctx.plain_v = value_embed is not None, (num_heads, rope_dims, repeat), plain_v
+    ctx.config, ctx.has_value_embed = config, value_embed is not None
 
 def _qkv_grad(ctx, dq: Tensor, dk: Tensor, dv: Tensor, d_plain: Tensor) -> tuple:
     qkv, cos_full, sin_full, gain = ctx.saved_tensors
     d_qkv, d_add, d_gain = torch.ops.pgolf.qkv_heads_backward(dq, dk, dv, d_plain, qkv, cos_full, sin_full, gain,
-                                                               *ctx.config, ctx.has_value_embed, ctx.plain_v)
-    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype), None, None, None, None)
+                                                               *ctx.config, ctx.has_value_embed)
+    return (d_qkv, d_add if ctx.has_value_embed else None, None, None, d_gain.to(gain.dtype)) + (None,) * 4
 
 def fused_qkv_heads_op() -> Callable:
     """torch.ops.pgolf.qkv_heads: qkv_heads() (less the swap index), differentiable in qkv, value_embed and gain."""
-    return register_triton_op("qkv_heads", "QK_KERNEL", _qkv_heads_forward, _qkv_heads_backward,
-                              _qkv_setup_context, _qkv_grad)
+    return _register("qkv_heads", _qkv_heads_forward, _qkv_heads_backward, _qkv_setup_context, _qkv_grad)
 
 def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
     """(y, contiguous v, output with y's strides, args, meta, grid); y is copied where empty_like can't keep them."""
-    if y.dim() != 4 or v.dim() != 4 or y.shape[:2] != v.shape[:2] or y.size(3) != v.size(3) \
-            or y.size(2) % v.size(2):
-        raise ValueError("fused XSA op: y %s and v %s, expected (B, T, H, D) and (B, T, Hv, D) with Hv dividing H"
-                         % (tuple(y.shape), tuple(v.shape)))
     out = torch.empty_like(y)
     if out.stride() != y.stride():
         y = y.contiguous()
@@ -1419,25 +1387,15 @@ def _xsa_backward(grad: Tensor, y: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     torch.library.wrap_triton(_xsa_bwd)[grid](grad, y, v, dy, dv, *args, *y.stride(), *grad.stride(), **meta)
     return dy, dv
 
-def _xsa_setup_context(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)
-
-def _xsa_grad(ctx, grad: Tensor) -> tuple:
-    return tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors))
-
 def fused_xsa_op() -> Callable:
     """torch.ops.pgolf.xsa: exclusive_self_attention() as one op, differentiable in y and v."""
-    return register_triton_op("xsa", "QK_KERNEL", _xsa_forward, _xsa_backward, _xsa_setup_context, _xsa_grad)
+    return _register("xsa", _xsa_forward, _xsa_backward, lambda ctx, inputs, output: ctx.save_for_backward(*inputs),
+                     lambda ctx, grad: tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors)))
 
-def _mlp_launch(launch: dict, a: Tensor, b: Tensor, outer: int) -> tuple:
+def _mlp_launch(launch: dict, a: Tensor, outer: int) -> tuple:
     """(grid, meta) for A (M, K) times B into (M, outer) tiles; fp32 multiplies in full fp32 ("ieee"), not TF32."""
-    if a.dtype != b.dtype or a.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError("fused MLP op: activations %s and weights %s, expected one of bfloat16/float16/float32 "
-                         "for both" % (a.dtype, b.dtype))
     meta = dict(launch)
     per_sm = meta.pop("PROGRAMS_PER_SM")
-    if a.size(1) % meta["BLOCK_K"]:
-        raise ValueError("fused MLP op: model_dim=%d is not a multiple of BLOCK_K=%d" % (a.size(1), meta["BLOCK_K"]))
     tiles = triton.cdiv(a.size(0), meta["BLOCK_M"]) * triton.cdiv(outer, meta["BLOCK_N"])
     if per_sm:
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 1  # 1: interpreter
@@ -1451,7 +1409,7 @@ def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> 
     hidden_dim, dim = w_up.shape
     act = rows.new_empty(rows.size(0), hidden_dim)
     hidden = rows.new_empty(rows.size(0) if save_hidden else 0, hidden_dim)
-    grid, meta = _mlp_launch(MLP_UP_LAUNCH, rows, w_up, hidden_dim)
+    grid, meta = _mlp_launch(MLP_UP_LAUNCH, rows, hidden_dim)
     torch.library.wrap_triton(_mlp_up_act_fwd)[grid](
         rows, w_up, hidden, act, rows.size(0), hidden_dim, dim, rows.stride(0), w_up.stride(0), STORE_H=save_hidden,
         **meta)
@@ -1464,7 +1422,7 @@ def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden:
     w_down = w_down.contiguous()
     hidden_dim, dim = w_up.shape
     d_hidden = hidden.new_empty(hidden.shape)
-    grid, meta = _mlp_launch(MLP_DOWN_LAUNCH, grad_rows, w_down, hidden_dim)
+    grid, meta = _mlp_launch(MLP_DOWN_LAUNCH, grad_rows, hidden_dim)
     torch.library.wrap_triton(_mlp_act_grad_bwd)[grid](
         grad_rows, w_down, hidden, d_hidden, rows.size(0), hidden_dim, dim, grad_rows.stride(0), w_down.stride(0),
         **meta)
@@ -1473,38 +1431,18 @@ def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden:
     return dx, dw_up, torch.mm(grad_rows.t(), act) if need_w_down else w_down.new_empty(0)
 
 def _mlp_setup_context(ctx, inputs, output) -> None:
-    x, w_up, w_down, save_hidden = inputs
-    _, hidden, act = output
-    if not save_hidden:
-        raise RuntimeError("pgolf::mlp was called with save_hidden=False under autograd")
-    ctx.save_for_backward(x, w_up, w_down, hidden, act)
-    ctx.mark_non_differentiable(hidden, act)
+    ctx.save_for_backward(*inputs[:3], *output[1:])  # x, w_up, w_down, hidden, act
+    ctx.mark_non_differentiable(*output[1:])
 
 def _mlp_grad(ctx, grad: Tensor, _grad_hidden, _grad_act) -> tuple:
-    x, w_up, w_down, hidden, act = ctx.saved_tensors
     needed = tuple(bool(flag) for flag in ctx.needs_input_grad[:3])
-    grads = torch.ops.pgolf.mlp_backward(grad, x, w_up, w_down, hidden, act, *needed)
+    grads = torch.ops.pgolf.mlp_backward(grad, *ctx.saved_tensors, *needed)
     return tuple(g if need else None for g, need in zip(grads, needed)) + (None,)
 
 def fused_mlp_op() -> Callable:
     """leaky_relu_sq_mlp() via torch.ops.pgolf.mlp (which also returns the hidden layers it saves under autograd)."""
-    op = register_triton_op("mlp", "MLP_KERNEL", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
-
-    def mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-        return op(x, w_up, w_down, torch.is_grad_enabled())[0]
-    return mlp
-
-def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
-    """The one start-up choice, {"attention"|"qk"|"mlp": (choice, reason)}: a fused op only if its fwd+bwd probe at
-    the model's head counts, GQA repeat and MLP width passes; a forced one that cannot run is an error."""
-    head_dim, device = h.model_dim // h.num_heads, dist_info.device
-    attention = select_attention_backend(h, dist_info)
-    repeat = 1 if attention[0] == "fa3" else h.num_heads // h.num_kv_heads  # as CausalSelfAttention calls the op
-    return {"attention": attention,
-            "qk": select_kernel("QK_KERNEL", h.qk_kernel, lambda: _probe_qk_kernel(
-                head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat), dist_info),
-            "mlp": select_kernel("MLP_KERNEL", h.mlp_kernel, lambda: _probe_mlp_kernel(
-                h.model_dim, device, int(h.mlp_mult * h.model_dim)), dist_info)}
+    op = _register("mlp", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
+    return lambda x, w_up, w_down: op(x, w_up, w_down, torch.is_grad_enabled())[0]
 
 def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch") -> None:
     """Sets the attention backend and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
@@ -1513,106 +1451,104 @@ def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch
     for block in model.blocks:
         block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
 
+def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
+    """The one start-up choice, {"attention"|"qk"|"mlp": (choice, reason)}: a fused op unless the model's shapes rule
+    it out, if its forward+backward at those shapes (the attention's GQA repeat too) matches the PyTorch form."""
+    head_dim, dim, device = h.model_dim // h.num_heads, h.model_dim, dist_info.device
+    attention = select_attention_backend(h, dist_info)
+    repeat = 1 if attention[0] == "fa3" else h.num_heads // h.num_kv_heads  # as CausalSelfAttention calls the op
+    block_k = next((launch["BLOCK_K"] for launch in (MLP_UP_LAUNCH, MLP_DOWN_LAUNCH) if dim % launch["BLOCK_K"]), 0)
+    qk_rule = "head_dim=%d is not a power of two" % head_dim if head_dim & (head_dim - 1) else ""
+    mlp_rule = "fused MLP op: model_dim=%d is not a multiple of BLOCK_K=%d" % (dim, block_k) if block_k else ""
+
+    def kernel(env_name: str, setting: str, unsupported: str, probe: Callable[[], None]) -> Tuple[str, str]:
+        if setting == "auto" and not dist_info.is_cuda:
+            return "torch", "auto; CPU run"
+        if triton is None:
+            unsupported = "%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name
+        return select_kernel(env_name, setting, ["triton", "torch"], {"triton": unsupported},
+                             lambda name: name == "torch" or probe(), 160)
+    return {"attention": attention,
+            "qk": kernel("QK_KERNEL", h.qk_kernel, qk_rule, lambda: _probe_qk_kernel(
+                head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat)),
+            "mlp": kernel("MLP_KERNEL", h.mlp_kernel, mlp_rule, lambda: _probe_mlp_kernel(
+                dim, device, int(h.mlp_mult * dim)))}
+
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """FA3 on Hopper, else the first SDPA backend whose probe passes (Hopper: cuDNN before flash), or ATTN_BACKEND."""
+    """FA3 on Hopper, else the first SDPA backend that runs (Hopper: cuDNN first), or ATTN_BACKEND. Each SDPA backend
+    is made the only one enabled for its probe, and the chosen one stays so."""
     if not dist_info.is_cuda:
         if h.attn_backend not in ("auto", "math"):
             raise ConfigError(["ATTN_BACKEND=%s needs CUDA; this run is on the CPU" % h.attn_backend])
         return "sdpa_cpu", "CPU run: PyTorch SDPA default kernel"
-    forced = h.attn_backend != "auto"
     hopper = torch.cuda.get_device_capability(dist_info.device)[0] == 9
-    candidates = [h.attn_backend] if forced else (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"])
+
+    def runs(backend: str) -> None:
+        if backend != "fa3":  # enable_{cudnn,flash,mem_efficient,math}_sdp
+            for name in ("cudnn", "flash", "mem_efficient", "math"):
+                getattr(torch.backends.cuda, "enable_%s_sdp" % name)(name.endswith(backend))
+        _probe(lambda q: causal_attention(q, q[:, :, :1], q[:, :, :1], backend), None,
+               [(1, h.train_seq_len, h.num_heads, h.model_dim // h.num_heads)], torch.bfloat16, dist_info.device)
+    fa3 = "flash_attn_interface not importable" if _flash_attn_func is None else (
+        "" if hopper else "FlashAttention-3 needs a Hopper GPU")
+    candidates = (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"]) + ["efficient", "math"]
+    return select_kernel("ATTN_BACKEND", h.attn_backend, candidates, {"fa3": fa3}, runs, 120)
+
+def select_kernel(env_name: str, setting: str, candidates: Sequence[str], unsupported: Dict[str, str],
+                  probe: Callable[[str], object], width: int) -> Tuple[str, str]:
+    """(choice, reason): the first candidate (or the forced setting) that no shape rules out and whose probe runs;
+    a forced one that cannot run is a ConfigError."""
     failures = []
-    for backend in candidates + ([] if forced else ["efficient", "math"]):
-        try:
-            _probe_attention(backend, h.train_seq_len, h.num_heads, h.model_dim // h.num_heads, dist_info.device)
-            return backend, "; ".join(["forced by ATTN_BACKEND" if forced else "auto"] + failures)
-        except Exception as exc:  # the probe is the test of availability; every failure is reported
-            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-            failures.append("%s unavailable (%s)" % (backend, message))
-            if forced:
-                raise ConfigError(["ATTN_BACKEND=%s cannot run here: %s" % (backend, failures[-1])]) from exc
-    raise RunFailure("no attention backend works on this GPU: " + "; ".join(failures))
+    for name in candidates if setting == "auto" else [setting]:
+        message = unsupported.get(name, "")
+        if not message:
+            try:
+                probe(name)
+                return name, "; ".join(["auto" if setting == "auto" else "forced by " + env_name] + failures)
+            except Exception as exc:  # running it is the test of availability; every failure is reported
+                message = str(exc).splitlines()[0][:width] if str(exc) else type(exc).__name__
+        failures.append("%s unavailable (%s)" % (name, message))
+        if setting != "auto":
+            raise ConfigError(["%s=%s cannot run here: %s" % (env_name, name, message)])
+    raise RunFailure("no attention backend works on this GPU: " + "; ".join(failures))  # a kernel ends in "torch"
 
-def _probe_attention(backend: str, seq_len: int, num_heads: int, head_dim: int, device: torch.device) -> None:
-    """A bf16 fwd+bwd at the training shape; an SDPA backend is first made the only one enabled (and stays so)."""
-    if backend == "fa3":
-        if _flash_attn_func is None:
-            raise ImportError("flash_attn_interface not importable")
-        if torch.cuda.get_device_capability(device)[0] != 9:
-            raise RuntimeError("FlashAttention-3 needs a Hopper GPU")
-    else:
-        torch.backends.cuda.enable_cudnn_sdp(backend == "cudnn")
-        torch.backends.cuda.enable_flash_sdp(backend == "flash")
-        torch.backends.cuda.enable_mem_efficient_sdp(backend == "efficient")
-        torch.backends.cuda.enable_math_sdp(backend == "math")
-    q = torch.randn(1, seq_len, num_heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
-    causal_attention(q, q[:, :, :1], q[:, :, :1], backend).float().sum().backward()
-    torch.cuda.synchronize(device)
-
-def select_kernel(env_name: str, setting: str, probe: Callable[[], None], dist_info: DistInfo) -> Tuple[str, str]:
-    """(kernel, reason): on CUDA "triton" if `probe` passes, else "torch"; a forced triton that fails is an error."""
-    if setting == "torch":
-        return "torch", "forced by %s" % env_name
-    if setting == "auto" and not dist_info.is_cuda:
-        return "torch", "auto; CPU run"
-    try:
-        probe()
-        return "triton", "forced by %s" % env_name if setting == "triton" else "auto"
-    except Exception as exc:  # the probe is the test of availability; the failure is reported
-        message = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        if setting == "triton":
-            raise ConfigError(["%s=triton cannot run here: %s" % (env_name, message)]) from exc
-        return "torch", "auto; triton unavailable (%s)" % message
-
-def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int = 2, kv_heads: int = 1,
-                     repeat: int = 2) -> None:
-    """The fused q/k/v and XSA ops vs their PyTorch forms (fp32, 2 x 16 tokens, value embedding, unrepeated v)."""
-    if head_dim & (head_dim - 1):
-        raise ValueError("head_dim=%d is not a power of two" % head_dim)
+def _probe(op: Callable, reference: Optional[Callable], shapes: Sequence[tuple], dtype: torch.dtype,
+           device: torch.device, what: str = "", names: str = "", tolerance: float = 0.0) -> None:
+    """Forward+backward of op on seeded random inputs of `shapes`; with a reference (the PyTorch form) each output and
+    input gradient must be within tolerance * max(1, max |reference's|), else the error names the first that is not."""
     generator = torch.Generator().manual_seed(0)
-
-    def make(*shape):
-        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
-    qkv, value_embed = make(2, 16, (num_heads + 2 * kv_heads) * head_dim), make(2, 16, kv_heads * head_dim)
-    gain = torch.rand(num_heads, generator=generator).add(0.5).to(device).requires_grad_()
-    grads = [torch.randn(2, 16, heads, head_dim, generator=generator).to(device)
-             for heads in (num_heads, kv_heads * repeat, kv_heads * repeat, kv_heads)]
-    cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
-    args = (gain, num_heads, rope_dims, repeat, True)
-    _require_close("fused q/k/v op", ("q", "k", "v", "v_plain", "d_qkv", "d_value_embed", "d_gain"),
-                   lambda: fused_qkv_heads_op()(qkv, value_embed, cos_full, sin_full, *args),
-                   lambda: qkv_heads(qkv, value_embed, cos_full, sin_full, swap, *args),
-                   (qkv, value_embed, gain), grads, 1e-4, 1.0)
-    y, v = make(2, 16, num_heads, head_dim), make(2, 16, kv_heads, head_dim)
-    _require_close("fused XSA op", ("forward", "dy", "dv"), lambda: fused_xsa_op()(y, v),
-                   lambda: exclusive_self_attention(y, v), (y, v), grads[0], 1e-4, 1.0)
-
-def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int = 0) -> None:
-    """The fused MLP op vs leaky_relu_sq_mlp(), bf16, 200 rows (masked edge tiles); 3e-2 covers bf16 rounding only."""
-    generator = torch.Generator().manual_seed(0)
-    hidden_dim = hidden_dim or 3 * model_dim
-
-    def make(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=generator) * scale).to(device, torch.bfloat16).requires_grad_()
-    x, grad = make(1, 200, model_dim), make(1, 200, model_dim)
-    inputs = (x, make(hidden_dim, model_dim, scale=model_dim ** -0.5),
-              make(model_dim, hidden_dim, scale=hidden_dim ** -0.5))
-    _require_close("fused MLP kernel", ("forward", "dx", "dw_up", "dw_down"), lambda: fused_mlp_op()(*inputs),
-                   lambda: leaky_relu_sq_mlp(*(t.float() for t in inputs)), inputs, grad, 3e-2, 0.0)
-
-def _require_close(what: str, names: Sequence[str], fused: Callable, reference: Callable, inputs: tuple, grads,
-                   tolerance: float, floor: float) -> None:
-    """Each output and input gradient of fused() within tolerance * max(floor, max |reference|) of reference()'s."""
-    results = []
-    for run in (fused, reference):
-        outputs = run()
+    inputs = [torch.randn(shape, generator=generator).to(device, dtype).requires_grad_() for shape in shapes]
+    results, grads = [], None
+    for run in (op,) if reference is None else (op, reference):
+        outputs = run(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        grads = grads or [torch.randn(out.shape, generator=generator).to(device, dtype) for out in outputs]
         results.append(outputs + torch.autograd.grad(outputs, inputs, grads))
-    for name, got, want in zip(names, *results):
+    if inputs[0].is_cuda:
+        torch.cuda.synchronize(device)
+    for name, got, want in zip(names.split(), *results):
         error = (got.float() - want.float()).abs().max().item()
-        if not error <= tolerance * max(floor, want.abs().max().item()):
+        if not error <= tolerance * max(1.0, want.abs().max().item()):
             raise RuntimeError("%s differs from the PyTorch form: %s max error %.3g" % (what, name, error))
+
+def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_heads: int, kv_heads: int,
+                     repeat: int) -> None:
+    """The fused q/k/v and XSA ops vs their PyTorch forms: fp32, 2 x 16 tokens, a value embedding, v unrepeated too."""
+    cos_full, sin_full, swap = rotary_tables(16, head_dim, rope_dims, 10000.0, device, torch.float32)
+    config = (num_heads, rope_dims, repeat, True)
+    _probe(lambda qkv, ve, gain: fused_qkv_heads_op()(qkv, ve, cos_full, sin_full, gain, *config),
+           lambda qkv, ve, gain: qkv_heads(qkv, ve, cos_full, sin_full, swap, gain, *config),
+           [(2, 16, (num_heads + 2 * kv_heads) * head_dim), (2, 16, kv_heads * head_dim), (num_heads,)],
+           torch.float32, device, "fused q/k/v op", "q k v v_plain d_qkv d_value_embed d_gain", 1e-4)
+    _probe(lambda y, v: fused_xsa_op()(y, v), exclusive_self_attention, [(2, 16, num_heads, head_dim),
+           (2, 16, kv_heads, head_dim)], torch.float32, device, "fused XSA op", "forward dy dv", 1e-4)
+
+def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int) -> None:
+    """The fused MLP op vs leaky_relu_sq_mlp() in fp32 on the same bf16 inputs (200 rows: masked edge tiles); 3e-2
+    covers bf16 rounding only."""
+    _probe(lambda *inputs: fused_mlp_op()(*inputs), lambda *inputs: leaky_relu_sq_mlp(*(t.float() for t in inputs)),
+           [(1, 200, model_dim), (hidden_dim, model_dim), (model_dim, hidden_dim)], torch.bfloat16, device,
+           "fused MLP kernel", "forward dx dw_up dw_down", 3e-2)
 
 
 # ==== 6. OPTIMIZERS ====

@@ -1,7 +1,7 @@
 """MLP_KERNEL: the fused Triton MLP op of train_gpt.py (LeakyReLU(0.5)^2 inside the up-projection GEMM's
-epilogue, its derivative inside the backward d_act GEMM's). The start-up probe and the launch checks run
-everywhere; the kernels themselves run under Triton's CPU interpreter in a child process (TRITON_INTERPRET must be
-set before triton is imported), against the PyTorch form they replace. Selection: test_kernel_selection.py."""
+epilogue, its derivative inside the backward d_act GEMM's). The start-up probe, the shape condition and the launch
+grid run everywhere; the kernels themselves run under Triton's CPU interpreter in a child process (TRITON_INTERPRET
+must be set before triton is imported), against the PyTorch form they replace. Selection: test_kernel_selection.py."""
 import pytest
 import torch
 
@@ -32,24 +32,22 @@ def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
     relu_squared = lambda x, w_up, w_down: torch.relu(x @ w_up.t()).square() @ w_down.t()  # noqa: E731
     monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: relu_squared)
     with pytest.raises(RuntimeError, match="fused MLP kernel differs from the PyTorch form: forward max error"):
-        tgpt._probe_mlp_kernel(64, torch.device("cpu"))
+        tgpt._probe_mlp_kernel(64, torch.device("cpu"), 192)
     monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: _WrongSlopeBackward.apply)
     with pytest.raises(RuntimeError, match="fused MLP kernel differs from the PyTorch form: dx max error"):
-        tgpt._probe_mlp_kernel(64, torch.device("cpu"))
+        tgpt._probe_mlp_kernel(64, torch.device("cpu"), 192)
     monkeypatch.setattr(tgpt, "fused_mlp_op", lambda: tgpt.leaky_relu_sq_mlp)
-    tgpt._probe_mlp_kernel(64, torch.device("cpu"))  # the PyTorch form itself passes
+    tgpt._probe_mlp_kernel(64, torch.device("cpu"), 192)  # the PyTorch form itself passes
 
 
 def test_launch_checks_name_the_problem(tgpt):
     if tgpt.triton is None:
         pytest.skip("triton is not installed")
-    weights = torch.zeros(96, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="activations torch.float32 and weights torch.bfloat16"):
-        tgpt._mlp_launch(tgpt.MLP_UP_LAUNCH, torch.zeros(5, 64), weights, 96)
+    h = tgpt.Hyperparameters.from_env({"MODEL_DIM": "48", "NUM_HEADS": "3", "NUM_KV_HEADS": "1",
+                                       "MLP_KERNEL": "triton"})
     with pytest.raises(ValueError, match="model_dim=48 is not a multiple of BLOCK_K=64"):
-        tgpt._mlp_launch(tgpt.MLP_UP_LAUNCH, torch.zeros(5, 48, dtype=torch.bfloat16), weights[:, :48], 96)
-    grid, meta = tgpt._mlp_launch(dict(tgpt.MLP_UP_LAUNCH, PROGRAMS_PER_SM=0), torch.zeros(300, 64), weights.float(),
-                                  96)
+        tgpt.select_kernels(h, tgpt.init_distributed({}))
+    grid, meta = tgpt._mlp_launch(dict(tgpt.MLP_UP_LAUNCH, PROGRAMS_PER_SM=0), torch.zeros(300, 64), 96)
     tiles_m, tiles_n = -(-300 // meta["BLOCK_M"]), -(-96 // meta["BLOCK_N"])
     assert grid == (tiles_m * tiles_n,) and meta["PRECISION"] == "ieee" and "PROGRAMS_PER_SM" not in meta
 

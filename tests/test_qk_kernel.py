@@ -19,7 +19,7 @@ def test_probe_rejects_an_op_that_computes_something_else(tgpt, monkeypatch):
                               plain_v)
     monkeypatch.setattr(tgpt, "fused_qkv_heads_op", lambda: value_embed_twice)
     with pytest.raises(RuntimeError, match="fused q/k/v op differs from the PyTorch form: v max error"):
-        tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
+        tgpt._probe_qk_kernel(16, 8, torch.device("cpu"), 2, 1, 2)
 
     def pytorch_form(qkv, value_embed, cos_full, sin_full, gain, num_heads, rope_dims, repeat, plain_v):
         swap = tgpt.rotary_tables(qkv.size(1), cos_full.size(1), rope_dims, 10000.0, qkv.device, qkv.dtype)[2]
@@ -27,14 +27,14 @@ def test_probe_rejects_an_op_that_computes_something_else(tgpt, monkeypatch):
                               plain_v)
     monkeypatch.setattr(tgpt, "fused_qkv_heads_op", lambda: pytorch_form)
     monkeypatch.setattr(tgpt, "fused_xsa_op", lambda: tgpt.exclusive_self_attention)
-    tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
+    tgpt._probe_qk_kernel(16, 8, torch.device("cpu"), 2, 1, 2)
 
     def xsa_per_value_head_only(y, v):  # the second head of each group left untouched
         out = tgpt.exclusive_self_attention(y, v)
         return torch.stack((out[:, :, 0::2], y[:, :, 1::2]), dim=3).flatten(2, 3)
     monkeypatch.setattr(tgpt, "fused_xsa_op", lambda: xsa_per_value_head_only)
     with pytest.raises(RuntimeError, match="fused XSA op differs from the PyTorch form: forward max error"):
-        tgpt._probe_qk_kernel(16, 8, torch.device("cpu"))
+        tgpt._probe_qk_kernel(16, 8, torch.device("cpu"), 2, 1, 2)
 
 
 def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
