@@ -2035,9 +2035,8 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
-    """SPEC §8 plain eval: non-overlapping seq_len (TRAIN_SEQ_LEN) sequences, split contiguously over ranks, through
-    the val feeder. loss_sum(x, y): a batch's fp64 nll sum (default: the training forward's mean times its targets,
-    batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps) tokens)."""
+    """SPEC §8 plain eval of non-overlapping seq_len (TRAIN_SEQ_LEN) sequences split contiguously by rank; loss_sum(x,
+    y): a batch's fp64 nll sum (default: the training forward's, batches of VAL_BATCH_SIZE / (world * GA) tokens)."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
     loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
@@ -2066,9 +2065,8 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
 
 def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
     """ids -> hidden states, compiled once per model (dynamic=False: callers keep one batch shape)."""
-    if compile_enabled(h, dist_info):
-        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
-    return model.forward_hidden
+    compiled = compile_enabled(h, dist_info)
+    return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True) if compiled else model.forward_hidden
 
 def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
     """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences."""
@@ -2104,9 +2102,8 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
 
 def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
                   stride: int, sums: Tensor) -> None:
-    """Adds the scored targets of this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets,
-    bytes] `sums` under inference_mode, no host syncs. Batches padded to EVAL_BATCH_SEQS; only scored positions
-    reach the output projection."""
+    """Adds this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets, bytes] `sums`, no host
+    syncs; batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
     begin, end = rank_range(window_starts.numel(), dist_info)
     window_starts, batch_seqs, num_targets = window_starts[begin:end], h.eval_batch_seqs, tokens.numel() - 1
     device_starts = F.pad(window_starts, (0, -window_starts.numel() % batch_seqs), value=num_targets).to(tokens.device)
@@ -2272,9 +2269,8 @@ def tensor_category(name: str) -> str:
     return "attn" if ".attn." in name or ".proj." in name else "other"
 
 def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
-    """-> (kind, bits, clip sigmas): non-float or small -> passthrough (fp16); rowclip (SPEC §7.4): the mlp and attn
-    categories int6, the rest int8; gptq (SPEC_0409 §7.3-§7.4): the embed category EMBED_BITS at EMBED_CLIP_SIGMAS,
-    every other matrix MATRIX_BITS at MATRIX_CLIP_SIGMAS."""
+    """-> (kind, bits, clip sigmas): non-float or small: passthrough (fp16); rowclip (SPEC §7.4): mlp/attn int6, the
+    rest int8; gptq (SPEC_0409 §7.3-§7.4): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest at MATRIX_*."""
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
         return "passthrough", 0, 0.0
     category = tensor_category(name)
@@ -2324,12 +2320,9 @@ def fp32_matmul():
         torch.set_float32_matmul_precision(previous)
 
 @fp32_matmul()
-def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float, block_size: int = 128,
-                  damping: float = 0.01) -> tuple:
-    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32: weight (rows, cols), hessian (cols, cols) = sum of
-    X^T X -> (q int8 like weight, per-row fp16 scale). Act order is a stable sort of diag H, descending; error
-    feedback goes column by column inside a block of block_size, one GEMM after it; damping * mean(diag H) is
-    added to diag H, so the Cholesky factorizations of a sum of X^T X exist."""
+def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float, block_size: int = 128) -> tuple:
+    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5) in fp32: weight (rows, cols), hessian (cols, cols) = sum X^T X
+    -> (q int8, per-row fp16 scale); act order; error feedback column by column in a block, one GEMM after it."""
     levels = 2 ** (bits - 1) - 1
     w = weight.detach().float().clone()
     scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(1e-10).to(torch.float16)
@@ -2341,7 +2334,7 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
     diag[dead] = 1.0
     w[:, dead] = 0.0
     order = torch.argsort(diag, descending=True, stable=True)  # before damping: the same order, no rounding ties
-    diag += damping * diag.mean()
+    diag += 0.01 * diag.mean()  # damping: H + 0.01 mean(diag H) I is positive definite, its condition <= 100 cols
     hess = hess[order][:, order]
     # H^-1 = U^T U, U upper triangular: row j of U carries column j's rounding error (over U_jj) to later columns
     upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hess)), upper=True)
@@ -2394,10 +2387,7 @@ def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
 
 def ans_digest(tensors: dict, coded: dict) -> str:
     """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""
-    digest = hashlib.sha256()
-    for name in coded:
-        digest.update(tensors[name].numpy().tobytes())
-    return digest.hexdigest()
+    return hashlib.sha256(b"".join(tensors[name].numpy().tobytes() for name in coded)).hexdigest()
 
 def ans_model(counts: np.ndarray):
     """The rANS model of a value histogram (at least 2 bins: constriction refuses a 1-symbol alphabet)."""
@@ -2475,17 +2465,17 @@ def load_payload(blob: bytes, name: str, keys: set) -> dict:
                                              else "neither an xz (lzma) nor a brotli stream: not an artifact of "
                                              "this trainer, or damaged", type(exc).__name__, exc)) from None
     if raw.startswith(SHUFFLE_MAGIC):
-        shuffled, half = raw[len(SHUFFLE_MAGIC):], (len(raw) - len(SHUFFLE_MAGIC) + 1) // 2
-        raw = bytearray(len(shuffled))
+        shuffled = raw[len(SHUFFLE_MAGIC):]
+        raw, half = bytearray(len(shuffled)), (len(shuffled) + 1) // 2
         raw[0::2], raw[1::2] = shuffled[:half], shuffled[half:]
     payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     if not (isinstance(payload, dict) and set(payload) == keys and isinstance(payload["m"], dict)
             and isinstance(payload["w"], dict) and all(isinstance(t, Tensor) for t in payload["w"].values())):
         raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}, 'w' mapping names to tensors")
-    kinds, stored = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)], set(payload["w"])
+    kinds = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)]
+    stored = set(payload["w"]) | set(payload.get("a", {}))
     for key, kind in payload["m"].items():
-        needed = {key} if kind == "passthrough" else {key + ".q", key + ".scale"}
-        if kind not in kinds or not needed <= stored | set(payload.get("a", {})):
+        if kind not in kinds or not ({key} if kind == "passthrough" else {key + ".q", key + ".scale"}) <= stored:
             raise DataError(f"{name}: entry {kind!r} of {key} is unknown or lacks its tensors")
     return payload
 
