@@ -2104,8 +2104,8 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_st
                   stride: int, sums: Tensor) -> None:
     """Adds this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets, bytes] `sums`, no host
     syncs; batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
-    begin, end = rank_range(window_starts.numel(), dist_info)
-    window_starts, batch_seqs, num_targets = window_starts[begin:end], h.eval_batch_seqs, tokens.numel() - 1
+    first, last = rank_range(window_starts.numel(), dist_info)
+    window_starts, batch_seqs, num_targets = window_starts[first:last], h.eval_batch_seqs, tokens.numel() - 1
     device_starts = F.pad(window_starts, (0, -window_starts.numel() % batch_seqs), value=num_targets).to(tokens.device)
     with torch.inference_mode():
         for begin in range(0, window_starts.numel(), batch_seqs):
