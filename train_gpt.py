@@ -2394,9 +2394,8 @@ def ans_model(counts: np.ndarray):
     return constriction.stream.model.Categorical(counts / counts.sum(), perfect=False)
 
 def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle: bool = False) -> bytes:
-    """torch.save of {"w": tensors, "m": meta}, byte-shuffled (BYTE_SHUFFLE), then lzma or brotli. COMPRESSOR=ans
-    first takes each quantized (.q) tensor out and rANS-codes it on its own value histogram (within bytes of its
-    order-0 entropy, where brotli's Huffman codes lose ~1.3%); "a": {name: (shape, minimum, words, histogram)}."""
+    """torch.save of {"w": tensors, "m": meta}, BYTE_SHUFFLE'd, then lzma or brotli; COMPRESSOR=ans first rANS-codes
+    each .q tensor on its own histogram (at its entropy, brotli ~1.3% above): "a": {name: (shape, min, words, hist)}."""
     payload, streams = {"w": tensors, "m": meta}, []
     if compressor == "ans":
         payload["a"] = {}
