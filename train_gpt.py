@@ -1569,47 +1569,52 @@ class ParallelMuon(torch.optim.Optimizer):
     caller steps Adam; step(), per bank: wait for its shard, Nesterov, MuonEq-R if on, NS5 on this rank's rows, async
     all-gather, and apply the previous bank's update meanwhile. Banks stay bit-identical across ranks."""
 
-    def __init__(self, banks: List[nn.Parameter], lr: float, momentum: float, backend_steps: int,
-                 weight_decay: float, dist_info: DistInfo, work_dtype: torch.dtype, row_normalize: bool = False,
-                 update_dtype: Optional[torch.dtype] = None):
+    def __init__(self, banks: List[nn.Parameter], h: Hyperparameters, dist_info: DistInfo):
         self.banks = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
-        super().__init__(self.banks, dict(lr=lr, base_lr=lr, momentum=momentum, weight_decay=weight_decay))
-        self.dist_info, self.backend_steps, self.row_normalize = dist_info, backend_steps, row_normalize
-        self.update_dtype = update_dtype or work_dtype
-        self.padded, self.shards, self.gathered, self.reduce_handles = [], [], [], []
-        world = dist_info.world_size
-        for bank in self.banks:  # rows padded to a multiple of the world size; one process: the shard is all rows
-            padded = torch.zeros((ceil_div(bank.size(0), world) * world,) + bank.shape[1:], dtype=work_dtype,
-                                 device=bank.device)
-            self.padded.append(padded)
-            self.shards.append(padded.new_empty((padded.size(0) // world,) + bank.shape[1:]) if world > 1 else padded)
-            self.gathered.append(torch.empty_like(padded, dtype=self.update_dtype) if world > 1 else None)
+        super().__init__(self.banks, dict(lr=h.matrix_lr, base_lr=h.matrix_lr, momentum=h.muon_momentum,
+                                          weight_decay=h.muon_wd))
+        self.dist_info, self.steps, self.row_normalize = dist_info, h.muon_backend_steps, h.muon_row_normalize
+        # MUON_DTYPE: reduce-scatter and momentum in bf16 (03-23) or fp32 (04-09's DDP); NS5 and the gathered update
+        # in bf16 on CUDA either way; fp32 throughout on the CPU.
+        cuda, world = dist_info.is_cuda, dist_info.world_size
+        work_dtype = torch.bfloat16 if cuda and h.muon_dtype == "bf16" else torch.float32
+        self.update_dtype = torch.bfloat16 if cuda else torch.float32
+        # rows padded to a multiple of the world size; one process: the shard is all rows
+        self.padded = [torch.zeros((ceil_div(bank.size(0), world) * world,) + bank.shape[1:], dtype=work_dtype,
+                                   device=bank.device) for bank in self.banks]
+        self.shards = [padded.new_empty((padded.size(0) // world,) + padded.shape[1:]) if world > 1 else padded
+                       for padded in self.padded]
+        self.gathered = [torch.empty_like(padded, dtype=self.update_dtype) if world > 1 else None
+                         for padded in self.padded]
+        self.reduce_handles = [None] * len(self.banks)
 
     @torch.no_grad()
     def launch_reduce_scatter(self) -> None:
-        self.reduce_handles = []
-        for bank, padded, shard in zip(self.banks, self.padded, self.shards):
+        for index, (bank, padded, shard) in enumerate(zip(self.banks, self.padded, self.shards)):
             padded[:bank.size(0)].copy_(bank.grad)  # pad rows stay zero: NS5 keeps them zero
-            self.reduce_handles.append(dist.reduce_scatter_tensor(shard, padded, op=dist.ReduceOp.AVG, async_op=True)
-                                       if self.dist_info.distributed else None)
+            if self.dist_info.distributed:
+                self.reduce_handles[index] = dist.reduce_scatter_tensor(shard, padded, op=dist.ReduceOp.AVG,
+                                                                        async_op=True)
 
-    def reduced_shards(self) -> List[Tensor]:
-        """This rank's rows of every bank's averaged gradient, once the reduce-scatters are done (clipping)."""
-        for handle in self.reduce_handles:
-            if handle is not None:
-                handle.wait()
-        self.reduce_handles = [None] * len(self.banks)
-        return self.shards
+    def reduced_shard(self, index: int) -> Tensor:
+        """This rank's rows of bank `index`'s averaged gradient, once its reduce-scatter is done."""
+        if self.reduce_handles[index] is not None:
+            self.reduce_handles[index].wait()
+            self.reduce_handles[index] = None
+        return self.shards[index]
 
     @torch.no_grad()
     def step(self, closure=None) -> None:
-        if len(self.reduce_handles) != len(self.banks):
-            raise RuntimeError("ParallelMuon.step() needs launch_reduce_scatter() after each backward")
         group, pending = self.param_groups[0], None
-        for bank, shard, gathered, reduce_handle in zip(self.banks, self.shards, self.gathered, self.reduce_handles):
-            if reduce_handle is not None:
-                reduce_handle.wait()
-            state = self.state[bank]
+
+        def apply(bank: Tensor, update: Tensor, gather_handle) -> None:
+            if gather_handle is not None:
+                gather_handle.wait()
+            scale = max(1.0, bank.size(-2) / bank.size(-1)) ** 0.5
+            bank.mul_(1.0 - group["lr"] * group["weight_decay"])
+            bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
+        for index, (bank, gathered) in enumerate(zip(self.banks, self.gathered)):
+            shard, state = self.reduced_shard(index), self.state[bank]
             if "momentum" not in state:
                 state["momentum"] = torch.zeros_like(shard)
             state["momentum"].mul_(group["momentum"]).add_(shard)
@@ -1617,24 +1622,14 @@ class ParallelMuon(torch.optim.Optimizer):
             if self.row_normalize:  # MuonEq-R (SPEC_0409 §5): in fp32, after Nesterov, before NS5
                 nesterov = nesterov.float()
                 nesterov = nesterov / nesterov.norm(dim=-1, keepdim=True).clamp_min(1e-7)
-            update = newton_schulz5(nesterov.to(self.update_dtype), self.backend_steps)
-            gather_handle = None
+            update, gather_handle = newton_schulz5(nesterov.to(self.update_dtype), self.steps), None
             if gathered is not None:
                 gather_handle = dist.all_gather_into_tensor(gathered, update, async_op=True)
                 update = gathered
             if pending is not None:
-                self._apply(group, *pending)
+                apply(*pending)
             pending = (bank, update, gather_handle)
-        self._apply(group, *pending)
-        self.reduce_handles = []
-
-    @staticmethod
-    def _apply(group: dict, bank: Tensor, update: Tensor, gather_handle) -> None:
-        if gather_handle is not None:
-            gather_handle.wait()
-        scale = max(1.0, bank.size(-2) / bank.size(-1)) ** 0.5
-        bank.mul_(1.0 - group["lr"] * group["weight_decay"])
-        bank.add_(update[:bank.size(0)].to(bank.dtype), alpha=-group["lr"] * scale)
+        apply(*pending)
 
 class Optimizers:
     """Muon for the banks; AdamW for the embeddings (a group each) and the scalars/small matrices; Adam for an untied
@@ -1656,11 +1651,7 @@ class Optimizers:
             torch.optim.AdamW([dict(params=scalars, lr=h.scalar_lr, base_lr=h.scalar_lr)],
                               weight_decay=h.adam_wd, **adam_args),
         ] + ([torch.optim.Adam([dict(params=head, lr=h.head_lr, base_lr=h.head_lr)], **adam_args)] if head else [])
-        # MUON_DTYPE: reduce-scatter and momentum in bf16 (03-23) or fp32 (04-09's DDP); NS5 and the gathered update
-        # in bf16 on CUDA either way; fp32 throughout on the CPU.
-        work_dtype = torch.float32 if h.muon_dtype == "fp32" or not dist_info.is_cuda else torch.bfloat16
-        self.muon = ParallelMuon(banks, h.matrix_lr, h.muon_momentum, h.muon_backend_steps, h.muon_wd, dist_info,
-                                 work_dtype, h.muon_row_normalize, torch.bfloat16 if dist_info.is_cuda else None)
+        self.muon = ParallelMuon(banks, h, dist_info)
         self.replicated_params = embeddings + scalars + head
         self.clip_norm = h.grad_clip_norm if h.grad_clip_scope == "reduced" else 0.0
         self.all = [self.muon] + self.adams
@@ -1685,7 +1676,8 @@ class Optimizers:
     def clip_reduced_grads(self) -> None:
         """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads (04-09, after DDP). The banks' squared norms
         are summed over their rank shards (pad rows zero), the replicated grads' added once."""
-        shards, grads = self.muon.reduced_shards(), [param.grad for param in self.replicated_params]
+        shards = [self.muon.reduced_shard(index) for index in range(len(self.muon.banks))]
+        grads = [param.grad for param in self.replicated_params]
         banked = all_reduce_(torch.stack(torch._foreach_norm(shards)).float().square().sum(), self.dist_info, "sum")
         total = (banked + torch.stack(torch._foreach_norm(grads)).float().square().sum()).sqrt()
         coefficient = (self.clip_norm / (total + 1e-6)).clamp_max(1.0)  # as clip_grad_norm_
@@ -1763,7 +1755,6 @@ def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> 
 
 # ==== 8. EVALUATION ====
 RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
-TTT_LOG_EVERY_CHUNKS = 10
 
 @dataclass(frozen=True)
 class ByteTables:
@@ -1771,8 +1762,8 @@ class ByteTables:
     has_leading_space: Tensor  # bool (V,): the piece starts with "▁" (one more byte unless after a boundary)
     is_boundary: Tensor  # bool (V,): control/unknown/unused ids (0 bytes, and no space byte after them)
 
-def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
-    """SPEC §8 byte accounting for a SentencePiece model; its vocab must equal VOCAB_SIZE."""
+def build_byte_tables(sp, vocab_size: int) -> ByteTables:
+    """SPEC §8 byte accounting for a SentencePiece model (on the CPU); its vocab must equal VOCAB_SIZE."""
     base = np.zeros(vocab_size, dtype=np.int64)
     space = np.zeros(vocab_size, dtype=np.bool_)
     boundary = np.ones(vocab_size, dtype=np.bool_)
@@ -1786,7 +1777,7 @@ def build_byte_tables(sp, vocab_size: int, device: torch.device) -> ByteTables:
         piece = sp.id_to_piece(token_id)
         space[token_id] = piece.startswith("\u2581")
         base[token_id] = len(piece.removeprefix("\u2581").encode("utf-8"))
-    return ByteTables(*(torch.from_numpy(table).to(device) for table in (base, space, boundary)))
+    return ByteTables(*(torch.from_numpy(table) for table in (base, space, boundary)))
 
 def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables) -> Tensor:
     """Bytes each target adds: its own, plus 1 for a leading space unless it follows a boundary token."""
@@ -1814,9 +1805,8 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     if too_large >= h.vocab_size:
         raise DataError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
                         % (h.val_files, too_large, h.vocab_size))
-    tables_cpu = build_byte_tables(sp, h.vocab_size, torch.device("cpu"))
-    tables = ByteTables(*(t.to(device) for t in astuple(tables_cpu)))
-    return ValidationData(tokens[:usable + 1], tables, tables_cpu)
+    tables_cpu = build_byte_tables(sp, h.vocab_size)
+    return ValidationData(tokens[:usable + 1], ByteTables(*(t.to(device) for t in astuple(tables_cpu))), tables_cpu)
 
 def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
     val_loss = nll_sum / token_count
@@ -1828,9 +1818,8 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
 
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
-    """SPEC §8 plain eval, periodic and final: non-overlapping sequences of seq_len (TRAIN_SEQ_LEN), split
-    contiguously over ranks, through the val feeder. loss_sum(x, y): a batch's fp64 nll sum (default: the training
-    forward's mean times its targets, batches of VAL_BATCH_SIZE / (world_size * grad_accum_steps) tokens)."""
+    """SPEC §8 plain eval of non-overlapping seq_len (TRAIN_SEQ_LEN) sequences split contiguously by rank; loss_sum(x,
+    y): a batch's fp64 nll sum (default: the training forward's, batches of VAL_BATCH_SIZE / (world * GA) tokens)."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
     loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
@@ -1842,28 +1831,25 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
     sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
-        for index, ((x_cpu, y_cpu), (x, y)) in enumerate(feed):
+        for batch, ((x_cpu, y_cpu), (x, y)) in enumerate(feed, 1):
             with autocast_context(dist_info):
-                batch_nll = loss_sum(x, y)
-            sums[0] += batch_nll
+                sums[0] += loss_sum(x, y)
             sums[1] += y.numel()
             if h.val_bytecount_device == "cpu":  # the same sums, counted on the host copies
                 host_bytes += int(count_target_bytes(x_cpu, y_cpu, val.tables_cpu).sum())
             else:
                 sums[2] += count_target_bytes(x, y, val.tables).sum().double()
-            if every > 0 and ((index + 1) % every == 0 or index + 1 == len(specs)):
+            if every > 0 and (batch % every == 0 or batch == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
-                           % (dist_info.world_size, index + 1, len(specs), (sums[0] / sums[1]).item(),
-                              int(sums[1].item())))
+                           % (dist_info.world_size, batch, len(specs), (sums[0] / sums[1]).item(), int(sums[1].item())))
     sums[2] += host_bytes
     model.train(was_training)
     return reduced_loss_and_bpb(sums, dist_info)
 
 def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
     """ids -> hidden states, compiled once per model (dynamic=False: callers keep one batch shape)."""
-    if compile_enabled(h, dist_info):
-        return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
-    return model.forward_hidden
+    compiled = compile_enabled(h, dist_info)
+    return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True) if compiled else model.forward_hidden
 
 def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
     """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences."""
@@ -1899,32 +1885,30 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
 
 def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
                   stride: int, sums: Tensor) -> None:
-    """Adds this rank's `window_starts` (CPU) scored targets to the fp64 [nll, targets, bytes] `sums`, no host syncs,
-    under inference_mode. Batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
-    batch_seqs, num_targets = h.eval_batch_seqs, tokens.numel() - 1
-    padding = -window_starts.numel() % batch_seqs
-    device_starts = F.pad(window_starts, (0, padding), value=num_targets).to(tokens.device)
-    for begin in range(0, window_starts.numel(), batch_seqs):
-        first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
-        x, y, score_mask = build_window_batch(tokens, device_starts[begin:begin + batch_seqs], window_len, stride)
-        with autocast_context(dist_info):
-            logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
-        x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
-        nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-        sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
-        sums[1] += score_mask.sum()
-        sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+    """Adds this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets, bytes] `sums`, no host
+    syncs; batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
+    first, last = rank_range(window_starts.numel(), dist_info)
+    window_starts, batch_seqs, num_targets = window_starts[first:last], h.eval_batch_seqs, tokens.numel() - 1
+    device_starts = F.pad(window_starts, (0, -window_starts.numel() % batch_seqs), value=num_targets).to(tokens.device)
+    with torch.inference_mode():
+        for begin in range(0, window_starts.numel(), batch_seqs):
+            first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
+            x, y, score_mask = build_window_batch(tokens, device_starts[begin:begin + batch_seqs], window_len, stride)
+            with autocast_context(dist_info):
+                logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
+            x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
+            nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+            sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
+            sums[1] += score_mask.sum()
+            sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
 
 def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
                         stride: int) -> tuple:
     """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split contiguously by rank."""
     starts = sliding_window_starts(tokens.numel() - 1, h.effective_eval_seq_len, stride)
-    begin, end = rank_range(starts.numel(), dist_info)
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
-    with torch.inference_mode():
-        score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts[begin:end],
-                      h.effective_eval_seq_len, stride, sums)
+    score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts, h.effective_eval_seq_len, stride, sums)
     return reduced_loss_and_bpb(sums, dist_info)
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
@@ -1938,10 +1922,9 @@ def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int
 def prepare_ttt_parameters(model: nn.Module, freeze_blocks: int) -> tuple:
     """-> (trainable params, {param index: frozen bank rows}, frozen count). Blocks 0..k-1 are frozen whole: their
     tensors by requires_grad, their bank rows by zeroing those grad rows after the all-reduce (SGD, no decay)."""
-    frozen_names = tuple(f"blocks.{layer}." for layer in range(freeze_blocks))
     trainable, frozen_bank_rows, frozen_count = [], {}, 0
     for name, param in model.named_parameters():
-        if any(prefix in name for prefix in frozen_names):
+        if name.startswith(tuple(f"blocks.{layer}." for layer in range(freeze_blocks))):
             param.requires_grad_(False)
             frozen_count += param.numel()
             continue
@@ -1959,9 +1942,9 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
                    tokens: Tensor, chunk_begin: int, chunk_end: int) -> None:
     """TTT_EPOCHS passes over the chunk's whole sequences (targets [chunk_begin, chunk_end), all scored already).
     Every rank takes the same number of steps, so the per-tensor AVG all-reduces pair up."""
-    seq_len = h.train_seq_len
-    first_sequence, end_sequence = rank_range((chunk_end - chunk_begin) // seq_len, dist_info)
-    steps_per_epoch = ceil_div(ceil_div((chunk_end - chunk_begin) // seq_len, dist_info.world_size), h.ttt_batch_seqs)
+    seq_len, num_sequences = h.train_seq_len, (chunk_end - chunk_begin) // h.train_seq_len
+    first_sequence, end_sequence = rank_range(num_sequences, dist_info)
+    steps_per_epoch = ceil_div(ceil_div(num_sequences, dist_info.world_size), h.ttt_batch_seqs)
     model.train()
     for _ in range(h.ttt_epochs):
         for step in range(steps_per_epoch):
@@ -1995,21 +1978,17 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     total_count = sum(param.numel() for param in model.parameters())
     logger.log(f"ttt_sliding:params unfrozen={total_count - frozen_count} frozen={frozen_count}")
     optimizer = torch.optim.SGD(trainable, lr=h.ttt_lr, momentum=h.ttt_momentum)
-    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
-    last_chunk = len(chunks) - 1
+    sums, last_chunk = torch.zeros(3, dtype=torch.float64, device=dist_info.device), len(chunks) - 1
     model.eval()
     for chunk_index, chunk_starts in enumerate(chunks):
-        begin, end = rank_range(chunk_starts.numel(), dist_info)
-        with torch.inference_mode():
-            score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts[begin:end], window_len,
-                          stride, sums)
-        if chunk_index < last_chunk:
+        score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts, window_len, stride, sums)
+        if chunk_index < last_chunk:  # chunk k's targets were all scored just above (or in an earlier chunk)
             chunk_begin = chunk_index * h.ttt_chunk_tokens
             for group in optimizer.param_groups:
                 group["lr"] = h.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * chunk_index / max(last_chunk, 1)))
             train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, tokens, chunk_begin,
                            min(chunk_begin + h.ttt_chunk_tokens, num_targets))
-        if chunk_index % TTT_LOG_EVERY_CHUNKS == 0 or chunk_index == last_chunk:
+        if chunk_index % 10 == 0 or chunk_index == last_chunk:
             running_bpb = reduced_loss_and_bpb(sums, dist_info)[1]  # over all ranks
             logger.log(f"  ttt_chunk [{chunk_index + 1}/{len(chunks)}] bpb={running_bpb:.6f} "
                        f"time={time.perf_counter() - started:.1f}s")
@@ -2038,19 +2017,10 @@ def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, e
 ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
-LZMA_PRESET = 6
-XZ_MAGIC = b"\xfd7zXZ\x00"  # lzma.compress's container; a brotli stream with lgwin 22 starts with 0x?B, never 0xFD
 ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
 PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
-INT6_CATEGORIES = ("mlp", "attn")
-INT6_MAX = 31  # symmetric grid [-31, 31]
 INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
-INT8_MAX = 127
-INT8_CLIP_QUANTILE = 0.9999984
-GPTQ_BLOCK_COLUMNS = 128  # SPEC_0409 §7.5: error feedback column by column inside a block, one GEMM after it
-GPTQ_DAMPING = 0.01  # times mean(diag H), added to diag H so the Cholesky factorizations exist
-SDCLIP_MIN_SCALE = 1e-10
 # Bank -> the per-layer names its rows hold (SPEC §7.2): row part*num_layers + layer is blocks.<layer>.<part name>.
 BANK_LAYOUT = {"qo_bank": ("attn.c_q.weight", "attn.proj.weight"), "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
                "mlp_up_bank": ("mlp.fc.weight",), "mlp_down_bank": ("mlp.proj.weight",)}
@@ -2066,10 +2036,7 @@ def unbank_state_dict(state: dict) -> dict:
     """Banks -> one entry per layer matrix (views of the bank rows); every other entry unchanged."""
     flat = {}
     for name, tensor in state.items():
-        if name in BANK_LAYOUT:
-            flat.update(zip(bank_row_names(name, tensor.shape[0]), tensor))
-        else:
-            flat[name] = tensor
+        flat.update(zip(bank_row_names(name, tensor.shape[0]), tensor) if name in BANK_LAYOUT else [(name, tensor)])
     return flat
 
 def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
@@ -2084,11 +2051,19 @@ def tensor_category(name: str) -> str:
         return "mlp"
     return "attn" if ".attn." in name or ".proj." in name else "other"
 
-def quantization_kind(name: str, tensor: Tensor) -> str:
-    """SPEC §7.4: non-float or small -> passthrough (floats as fp16), int6 categories -> int6, the rest -> int8."""
+def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
+    """-> (kind, bits, clip sigmas): non-float or small: passthrough (fp16); rowclip (SPEC §7.4): mlp/attn int6, the
+    rest int8; gptq (SPEC_0409 §7.3-§7.4): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest at MATRIX_*."""
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
-        return "passthrough"
-    return "int6" if tensor_category(name) in INT6_CATEGORIES else "int8"
+        return "passthrough", 0, 0.0
+    category = tensor_category(name)
+    if h.quantizer == "rowclip":
+        bits, clip_sigmas = (6 if category in ("mlp", "attn") else 8), 0.0
+    elif category == "embed":
+        bits, clip_sigmas = h.embed_bits, h.embed_clip_sigmas
+    else:
+        bits, clip_sigmas = h.matrix_bits, h.matrix_clip_sigmas
+    return f"int{bits}", bits, clip_sigmas
 
 def weight_rows(weight: Tensor) -> Tensor:
     return weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
@@ -2100,21 +2075,21 @@ def quantize_int6_rows(weight: Tensor) -> tuple:
     levels = torch.tensor(INT6_CLIP_QUANTILES, dtype=torch.float32, device=rows.device)
     best_error, best_q, best_scale = None, None, None
     for clip in torch.quantile(rows.abs(), levels, dim=1):  # (candidates, rows), linear interpolation
-        scale = (clip / INT6_MAX).clamp_min(1.0 / INT6_MAX).to(torch.float16)
+        scale = (clip / 31).clamp_min(1.0 / 31).to(torch.float16)  # the symmetric grid [-31, 31]
         scale_column = scale.float()[:, None]
-        q = torch.clamp(torch.round(rows / scale_column), -INT6_MAX, INT6_MAX)
+        q = torch.clamp(torch.round(rows / scale_column), -31, 31)
         error = (rows - q * scale_column).square().mean()
         if best_error is None or error < best_error:
             best_error, best_q, best_scale = error, q, scale
     return best_q.to(torch.int8).reshape(weight.shape), best_scale
 
 def quantize_int8_rows(weight: Tensor) -> tuple:
-    """int8 (SPEC §7.6): clip rows at the INT8_CLIP_QUANTILE of |W_r|; q uses the fp32 scale, stored as fp16."""
+    """int8 (SPEC §7.6): clip rows at the 0.9999984 quantile of |W_r|; q uses the fp32 scale, stored as fp16."""
     rows = weight_rows(weight)
-    clip = torch.quantile(rows.abs(), INT8_CLIP_QUANTILE, dim=1)
-    scale = (clip / INT8_MAX).clamp_min(1.0 / INT8_MAX)
+    clip = torch.quantile(rows.abs(), 0.9999984, dim=1)
+    scale = (clip / 127).clamp_min(1.0 / 127)
     clipped = torch.maximum(torch.minimum(rows, clip[:, None]), -clip[:, None])
-    q = torch.clamp(torch.round(clipped / scale[:, None]), -INT8_MAX, INT8_MAX)
+    q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
     return q.to(torch.int8).reshape(weight.shape), scale.to(torch.float16)
 
 @contextlib.contextmanager
@@ -2128,13 +2103,12 @@ def fp32_matmul():
         torch.set_float32_matmul_precision(previous)
 
 @fp32_matmul()
-def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float,
-                  block_size: int = GPTQ_BLOCK_COLUMNS, damping: float = GPTQ_DAMPING) -> tuple:
-    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5), fp32: weight (rows, cols), hessian (cols, cols) = sum of
-    X^T X -> (q int8 like weight, per-row fp16 scale). Act order is a stable sort of diag H, descending."""
+def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float, block_size: int = 128) -> tuple:
+    """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5) in fp32: weight (rows, cols), hessian (cols, cols) = sum X^T X
+    -> (q int8, per-row fp16 scale); act order; error feedback column by column in a block, one GEMM after it."""
     levels = 2 ** (bits - 1) - 1
     w = weight.detach().float().clone()
-    scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(SDCLIP_MIN_SCALE).to(torch.float16)
+    scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(1e-10).to(torch.float16)
     # a row whose scale underflows fp16 to 0 dequantizes to 0 whatever q is: round it on a unit grid, not by 0/0
     sigma = torch.where(scale > 0, scale.float(), 1.0)
     hess = hessian.detach().to(device=w.device, dtype=torch.float32, copy=True)
@@ -2143,7 +2117,7 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
     diag[dead] = 1.0
     w[:, dead] = 0.0
     order = torch.argsort(diag, descending=True, stable=True)  # before damping: the same order, no rounding ties
-    diag += damping * diag.mean()
+    diag += 0.01 * diag.mean()  # damping: H + 0.01 mean(diag H) I is positive definite, its condition <= 100 cols
     hess = hess[order][:, order]
     # H^-1 = U^T U, U upper triangular: row j of U carries column j's rounding error (over U_jj) to later columns
     upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hess)), upper=True)
@@ -2160,85 +2134,51 @@ def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float
         columns[end:] -= upper[start:end, end:].t() @ errors  # the lazy update of every later block at once
     return q[torch.argsort(order)].t().to(torch.int8).contiguous(), scale
 
-def gptq_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
-    """SPEC_0409 §7.3-§7.4 -> (kind, bits, clip sigmas): non-float or small -> passthrough (fp16); the embed
-    category -> EMBED_BITS/EMBED_CLIP_SIGMAS; every other matrix -> MATRIX_BITS/MATRIX_CLIP_SIGMAS."""
-    if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
-        return "passthrough", 0, 0.0
-    bits, sigmas = ((h.embed_bits, h.embed_clip_sigmas) if tensor_category(name) == "embed"
-                    else (h.matrix_bits, h.matrix_clip_sigmas))
-    return f"int{bits}", bits, sigmas
-
-def gptq_quantize_named(name: str, tensor: Tensor, hessians: Optional[Dict[str, Tensor]], bits: int,
-                        clip_sigmas: float) -> tuple:
-    """gptq_quantize of one state tensor, every bad input an error that names it."""
-    hessian = (hessians or {}).get(name)
-    if hessian is None:
-        raise ValueError(f"QUANTIZER=gptq: no input Hessian for {name} (calibration collected "
-                         f"{len(hessians or {})} tensors)")
-    if tensor.ndim != 2 or tuple(hessian.shape) != (tensor.shape[1],) * 2:
-        raise ValueError(f"QUANTIZER=gptq: {name} {tuple(tensor.shape)} needs a 2-D weight and a "
-                         f"({tensor.shape[-1]}, {tensor.shape[-1]}) Hessian, got {tuple(hessian.shape)}")
-    if not torch.isfinite(hessian).all():
-        raise ValueError(f"QUANTIZER=gptq: the Hessian of {name} has non-finite entries")
-    try:
-        return gptq_quantize(tensor, hessian, bits, clip_sigmas)
-    except torch.linalg.LinAlgError as exc:  # a damped X^T X is positive definite; anything else is no Hessian
-        raise ValueError(f"QUANTIZER=gptq: the damped Hessian of {name} is not positive definite") from exc
-
 def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
                         hessians: Optional[Dict[str, Tensor]] = None) -> tuple:
     """-> (tensors, meta) on CPU by h.quantizer (rowclip when h is None; gptq takes {name: input Hessian}). Every
     stored tensor is a fresh copy: a view of a bank row would make torch.save write the whole bank."""
-    gptq = h is not None and h.quantizer == "gptq"
-    tensors, meta = {}, {}
+    h, hessians, tensors, meta = h or Hyperparameters(), hessians or {}, {}, {}
     for name, tensor in flat_state.items():
-        kind, bits, clip_sigmas = gptq_plan(h, name, tensor) if gptq else (quantization_kind(name, tensor), 0, 0.0)
+        kind, bits, clip_sigmas = quantization_plan(h, name, tensor)
         if kind == "passthrough":
             dtype = torch.float16 if tensor.is_floating_point() else tensor.dtype
             tensors[name], meta[name] = tensor.detach().to(device="cpu", dtype=dtype, copy=True), kind
             continue
-        if gptq:
-            q, scale = gptq_quantize_named(name, tensor, hessians, bits, clip_sigmas)
-        else:
+        if h.quantizer == "rowclip":
             q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+        elif name not in hessians:  # a matrix the calibration forward does not see (a wide bigram.proj)
+            raise ValueError(f"QUANTIZER=gptq: no input Hessian for {name} (calibration collected {len(hessians)} "
+                             "tensors)")
+        elif not torch.isfinite(hessians[name]).all():  # the calibration forward overflowed
+            raise ValueError(f"QUANTIZER=gptq: the Hessian of {name} has non-finite entries")
+        else:
+            q, scale = gptq_quantize(tensor, hessians[name], bits, clip_sigmas)
         tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
     return tensors, meta
 
 def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
     """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
-    if set(meta) != set(template):
-        raise ValueError(f"artifact tensors differ from the model: missing {sorted(set(template) - set(meta))} "
-                         f"unexpected {sorted(set(meta) - set(template))}")
     flat = {}
     for name, like in template.items():
         stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
-        if tuple(stored.shape) != tuple(like.shape):
-            raise ValueError(f"artifact tensor {name} has shape {tuple(stored.shape)}, model has {tuple(like.shape)}")
         if isinstance(meta[name], dict):
             scale = tensors[name + ".scale"].float()
             stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
         flat[name] = stored.to(like.dtype)
     return flat
 
-def constriction_version() -> str:
-    return importlib.metadata.version("constriction")
-
 def ans_digest(tensors: dict, coded: dict) -> str:
     """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""
-    digest = hashlib.sha256()
-    for name in coded:
-        digest.update(tensors[name].numpy().tobytes())
-    return digest.hexdigest()
+    return hashlib.sha256(b"".join(tensors[name].numpy().tobytes() for name in coded)).hexdigest()
 
 def ans_model(counts: np.ndarray):
     """The rANS model of a value histogram (at least 2 bins: constriction refuses a 1-symbol alphabet)."""
     return constriction.stream.model.Categorical(counts / counts.sum(), perfect=False)
 
 def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle: bool = False) -> bytes:
-    """torch.save of {"w": tensors, "m": meta}, byte-shuffled (BYTE_SHUFFLE), then lzma or brotli. COMPRESSOR=ans
-    first takes each quantized (.q) tensor out and rANS-codes it on its own value histogram (within bytes of its
-    order-0 entropy, where brotli's Huffman codes lose ~1.3%); "a": {name: (shape, minimum, words, histogram)}."""
+    """torch.save of {"w": tensors, "m": meta}, BYTE_SHUFFLE'd, then lzma or brotli; COMPRESSOR=ans first rANS-codes
+    each .q tensor on its own histogram (at its entropy, brotli ~1.3% above): "a": {name: (shape, min, words, hist)}."""
     payload, streams = {"w": tensors, "m": meta}, []
     if compressor == "ans":
         payload["a"] = {}
@@ -2251,70 +2191,33 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
             streams.append(coder.get_compressed().astype("<u4").tobytes())
             payload["a"][name] = (tuple(tensors[name].shape), low, len(streams[-1]) // 4, torch.from_numpy(counts))
         payload["w"] = {name: tensor for name, tensor in tensors.items() if name not in payload["a"]}
-        payload["c"] = (constriction_version(), ans_digest(tensors, payload["a"]))
+        payload["c"] = (importlib.metadata.version("constriction"), ans_digest(tensors, payload["a"]))
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     raw = buffer.getvalue()
     if byte_shuffle and len(raw) >= 2:
         raw = SHUFFLE_MAGIC + raw[0::2] + raw[1::2]
     if compressor == "lzma":
-        return lzma.compress(raw, preset=LZMA_PRESET)
+        return lzma.compress(raw, preset=6)
     blob = brotli.compress(raw, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
     return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
 
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
-    """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. weights_only=True: the unpickler
-    builds only tensors and plain containers, so a crafted file cannot run code; the structure is then checked."""
-    if blob.startswith(ANS_MAGIC):
-        if constriction is None:
-            raise RunFailure("%s is a COMPRESSOR=ans artifact and this Python (%s) lacks the constriction module to "
-                             "read it: pip install constriction" % (name, sys.executable))
-        start = len(ANS_MAGIC) + 4
-        end = start + int.from_bytes(blob[len(ANS_MAGIC):start], "little")
-        payload = load_payload(blob[start:end], name, {"w", "m", "a", "c"})
-        return decode_ans_tensors(payload, blob[end:], name), payload["m"]
-    payload = load_payload(blob, name, {"w", "m"})
-    return payload["w"], payload["m"]
-
-def load_payload(blob: bytes, name: str, keys: set) -> dict:
-    """The checked {"w": tensors, "m": meta[, "a": ...]} of a compressed (and maybe byte-shuffled) torch.save."""
-    lzma_blob = blob.startswith(XZ_MAGIC)
-    if not lzma_blob and brotli is None:
-        raise RunFailure("%s is not lzma-compressed and this Python (%s) lacks the brotli module to read it: pip "
-                         "install brotli" % (name, sys.executable))
-    try:
-        raw = lzma.decompress(blob) if lzma_blob else brotli.decompress(blob)
-    except Exception as exc:  # lzma.LZMAError or brotli.error: not a (complete) stream of that compressor
-        raise DataError("%s: %s (%s: %s)" % (name, "an xz (lzma) stream that does not decompress: damaged" if lzma_blob
-                                             else "neither an xz (lzma) nor a brotli stream: not an artifact of "
-                                             "this trainer, or damaged", type(exc).__name__, exc)) from None
-    if raw.startswith(SHUFFLE_MAGIC):
-        shuffled = raw[len(SHUFFLE_MAGIC):]
-        raw = bytearray(len(shuffled))
-        raw[0::2], raw[1::2] = shuffled[:(len(shuffled) + 1) // 2], shuffled[(len(shuffled) + 1) // 2:]
-    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    if not isinstance(payload, dict) or set(payload) != keys:
-        raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}")
-    tensors, meta = payload["w"], payload["m"]
-    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
-        raise DataError(f"{name}: 'w' must map names to tensors")
-    if not isinstance(meta, dict):
-        raise DataError(f"{name}: 'm' must be a dict")
-    coded = set(payload.get("a", {}))
-    for key, kind in meta.items():
-        if kind != "passthrough" and kind not in [{"type": f"int{bits}"} for bits in range(2, 9)]:
-            raise DataError(f"{name}: unknown entry {kind!r} for {key}")
-        needed = (key,) if isinstance(kind, str) else (key + ".q", key + ".scale")
-        if not all(part in tensors or part in coded for part in needed):
-            raise DataError(f"{name}: missing tensors {needed} for {key}")
-    return payload
-
-def decode_ans_tensors(payload: dict, words: bytes, name: str) -> dict:
-    """payload["w"] plus the rANS-coded tensors of payload["a"], decoded from `words` and checked by digest."""
+    """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
+    just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
+    if not blob.startswith(ANS_MAGIC):
+        payload = load_payload(blob, name, {"w", "m"})
+        return payload["w"], payload["m"]
+    if constriction is None:
+        raise RunFailure("%s is a COMPRESSOR=ans artifact and this Python (%s) lacks the constriction module to "
+                         "read it: pip install constriction" % (name, sys.executable))
+    start = len(ANS_MAGIC) + 4
+    end = start + int.from_bytes(blob[len(ANS_MAGIC):start], "little")
+    payload = load_payload(blob[start:end], name, {"w", "m", "a", "c"})
     tensors, position = dict(payload["w"]), 0
     try:
         version, digest = payload["c"]
-        words = np.frombuffer(words, dtype="<u4").astype(np.uint32)  # a native, writable copy
+        words = np.frombuffer(blob[end:], dtype="<u4").astype(np.uint32)  # a native, writable copy
         for key, (shape, low, count, counts) in payload["a"].items():
             coder = constriction.stream.stack.AnsCoder(words[position:position + count])
             values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
@@ -2326,12 +2229,40 @@ def decode_ans_tensors(payload: dict, words: bytes, name: str) -> dict:
         raise DataError(f"{name}: {words.size} rANS words where the tables account for {position}: damaged")
     if ans_digest(tensors, payload["a"]) != digest:
         raise DataError(f"{name}: the rANS-coded tensors decode to other values than were written (constriction "
-                        f"{version} wrote them, this is {constriction_version()}): damaged, or install that version")
-    return tensors
+                        f"{version} wrote them, this is {importlib.metadata.version('constriction')}): damaged, or "
+                        "install that version")
+    return tensors, payload["m"]
+
+def load_payload(blob: bytes, name: str, keys: set) -> dict:
+    """The checked {"w": tensors, "m": meta[, "a", "c"]} of a compressed (and maybe byte-shuffled) torch.save.
+    weights_only=True: the unpickler builds only tensors and plain containers, so a crafted file cannot run code."""
+    lzma_blob = blob.startswith(b"\xfd7zXZ\x00")  # a brotli stream with lgwin 22 starts with 0x?B, never 0xFD
+    if not lzma_blob and brotli is None:
+        raise RunFailure("%s is not lzma-compressed and this Python (%s) lacks the brotli module to read it: pip "
+                         "install brotli" % (name, sys.executable))
+    try:
+        raw = lzma.decompress(blob) if lzma_blob else brotli.decompress(blob)
+    except Exception as exc:  # lzma.LZMAError or brotli.error: not a (complete) stream of that compressor
+        raise DataError("%s: %s (%s: %s)" % (name, "an xz (lzma) stream that does not decompress: damaged" if lzma_blob
+                                             else "neither an xz (lzma) nor a brotli stream: not an artifact of "
+                                             "this trainer, or damaged", type(exc).__name__, exc)) from None
+    if raw.startswith(SHUFFLE_MAGIC):
+        shuffled = raw[len(SHUFFLE_MAGIC):]
+        raw, half = bytearray(len(shuffled)), (len(shuffled) + 1) // 2
+        raw[0::2], raw[1::2] = shuffled[:half], shuffled[half:]
+    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    if not (isinstance(payload, dict) and set(payload) == keys and isinstance(payload["m"], dict)
+            and isinstance(payload["w"], dict) and all(isinstance(t, Tensor) for t in payload["w"].values())):
+        raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}, 'w' mapping names to tensors")
+    kinds = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)]
+    stored = set(payload["w"]) | set(payload.get("a", {}))
+    for key, kind in payload["m"].items():
+        if kind not in kinds or not ({key} if kind == "passthrough" else {key + ".q", key + ".scale"}) <= stored:
+            raise DataError(f"{name}: entry {kind!r} of {key} is unknown or lacks its tensors")
+    return payload
 
 def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: int, code_bytes: int) -> dict:
-    """Counted code + model bytes against the decimal limit (SPEC §9 line 21): over it, an error line, and with
-    ARTIFACT_LIMIT_STRICT an exception."""
+    """Code + model bytes against the decimal limit (SPEC §9 line 21): over it, an error line (and STRICT: raise)."""
     total, label, limit = artifact_bytes + code_bytes, "int6+" + h.compressor, ARTIFACT_LIMIT_BYTES
     for line in (f"Serialized model: {raw_model_bytes} bytes", f"Code size: {code_bytes} bytes",
                  f"Serialized model {label}: {artifact_bytes} bytes", f"Total submission size {label}: {total} bytes",
@@ -2348,17 +2279,14 @@ def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: in
     return {"raw_model_bytes": raw_model_bytes, "code_bytes": code_bytes, "model_bytes": artifact_bytes,
             "total_bytes": total}
 
-class HessianCollector:
-    """Sums X^T X (fp32) of the inputs of the matrices GPTQ quantizes, by unbanked name; one term per looped pass."""
-
-    def __init__(self):
-        self.sums: Dict[str, Tensor] = {}
+class HessianCollector(dict):
+    """{unbanked name: sum of X^T X (fp32)} of the inputs of the matrices GPTQ quantizes; one term per looped pass."""
 
     def add(self, x: Tensor, *names: str) -> None:
         rows = x.detach().reshape(-1, x.size(-1)).float()
         gram = rows.T @ rows
         for name in names:
-            self.sums[name] = self.sums[name] + gram if name in self.sums else gram.clone()
+            self[name] = self[name] + gram if name in self else gram.clone()
 
 @torch.no_grad()
 def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, Tensor]:
@@ -2377,11 +2305,11 @@ def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, 
     finally:
         loader.close()
         model.train(was_training)
-    hessians = {name: total / h.gptq_calibration_batches for name, total in collector.sums.items()}
+    hessians = {name: total / h.gptq_calibration_batches for name, total in collector.items()}
     for name, module in model.named_modules():
         if isinstance(module, nn.Embedding) and name + ".weight" not in hessians:
             hessians[name + ".weight"] = torch.eye(module.embedding_dim, device=module.weight.device)
-    logger.log("GPTQ:collected %d Hessians in %.1fs" % (len(collector.sums), time.perf_counter() - started))
+    logger.log("GPTQ:collected %d Hessians in %.1fs" % (len(collector), time.perf_counter() - started))
     return hessians
 
 def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str,
@@ -2397,9 +2325,8 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
         hessians = collect_hessians(h, logger, model, make_loader) if h.quantizer == "gptq" else None
         started = time.perf_counter()
         tensors, meta = quantize_state_dict(unbank_state_dict(state), h, hessians)
-        blob = serialize_artifact(tensors, meta, h.compressor, h.byte_shuffle)
         with open(artifact_path, "wb") as handle:
-            handle.write(blob)
+            handle.write(serialize_artifact(tensors, meta, h.compressor, h.byte_shuffle))
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
     barrier(dist_info)
     return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),

@@ -1,6 +1,7 @@
 """The artifact's containers: BYTE_SHUFFLE is SPEC_0409 §7.6's layout byte for byte, COMPRESSOR=ans round-trips
 exactly and codes each quantized tensor within bytes of its order-0 entropy (below brotli), and damaged or
 unreadable artifacts, like a missing module, are errors that say what to do."""
+import importlib.metadata
 import io
 import lzma
 import re
@@ -109,7 +110,7 @@ def test_damaged_ans_artifacts_are_named_errors(tgpt, tmp_path, monkeypatch):
     real_model = tgpt.ans_model
     with monkeypatch.context() as patch:  # a decoder whose model differs (another constriction version would)
         patch.setattr(tgpt, "ans_model", lambda counts: real_model(counts + np.arange(counts.size) % 2))
-        version = re.escape(tgpt.constriction_version())
+        version = re.escape(importlib.metadata.version("constriction"))
         with pytest.raises(tgpt.DataError, match="decode to other values than were written \\(constriction %s wrote "
                                                  "them, this is %s\\): damaged, or install" % (version, version)):
             tgpt.deserialize_artifact(blob, path)

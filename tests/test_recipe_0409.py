@@ -356,7 +356,8 @@ def test_muon_step_with_muoneq_r_matches_a_hand_computation(tgpt):
                  nn.Parameter(torch.randn(2, 6, 4, generator=generator))]
         expected = [bank.detach().clone() for bank in banks]
         momenta = [torch.zeros_like(bank) for bank in banks]
-        muon = tgpt.ParallelMuon(banks, lr, mu, 5, wd, tgpt.DistInfo(0, 1, CPU), torch.float32, row_normalize)
+        h = tgpt.Hyperparameters(matrix_lr=lr, muon_momentum=mu, muon_wd=wd, muon_row_normalize=row_normalize)
+        muon = tgpt.ParallelMuon(banks, h, tgpt.DistInfo(0, 1, CPU))
         for step in range(2):
             grads = [torch.randn(bank.shape, generator=generator) for bank in banks]
             grads[0][1, 2] = 0.0
@@ -415,7 +416,7 @@ def test_reduced_clipping_on_one_rank_is_clip_grad_norm(tgpt):
     assert torch.nn.utils.clip_grad_norm_(reference, h.grad_clip_norm) > 10 * h.grad_clip_norm
     optimizers.muon.launch_reduce_scatter()
     optimizers.clip_reduced_grads()
-    shards = {id(bank): shard for bank, shard in zip(optimizers.muon.banks, optimizers.muon.reduced_shards())}
+    shards = {id(bank): shard for bank, shard in zip(optimizers.muon.banks, optimizers.muon.shards)}
     for name, param in model.named_parameters():
         got = shards[id(param)][:param.size(0)] if name in tgpt.BANK_LAYOUT else param.grad
         assert torch.allclose(got, expected[name], rtol=1e-5, atol=1e-9), name
@@ -513,15 +514,15 @@ def test_hessians_are_the_spec_inputs_x_transpose_x_summed_over_the_loops(tgpt):
         spec_0409_forward(tgpt, h, model, ids, True, inputs=inputs)
     names = {f"blocks.{i}.{part}" for i in range(6) for part in tgpt.BANK_LAYOUT["qo_bank"]
              + tgpt.BANK_LAYOUT["kv_bank"] + ("mlp.fc.weight", "mlp.proj.weight")} | {"tok_emb.weight"}
-    assert set(collector.sums) == names and len(names) == 37
+    assert set(collector) == names and len(names) == 37
     assert len(inputs["blocks.2.mlp.fc.weight"]) == 3 and len(inputs["blocks.5.mlp.fc.weight"]) == 1
-    for name, sums in collector.sums.items():
+    for name, sums in collector.items():
         spec_name = re.sub(r"attn\.c_[kv]", "attn.c_q", name)
         want = sum(x.reshape(-1, x.size(-1)).double().T @ x.reshape(-1, x.size(-1)).double()
                    for x in inputs[spec_name])
         assert torch.allclose(sums.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item()), name
     # the same tensor is no alias: c_q, c_k and c_v keep separate sums
-    assert collector.sums["blocks.0.attn.c_q.weight"] is not collector.sums["blocks.0.attn.c_k.weight"]
+    assert collector["blocks.0.attn.c_q.weight"] is not collector["blocks.0.attn.c_k.weight"]
 
 
 class FixedBatches:
@@ -559,8 +560,8 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
     with torch.no_grad():
         for ids, _ in batches[:3]:
             reference.add(tgpt.rms_norm(model.forward_hidden(ids, reference)), "tok_emb.weight")
-    assert set(hessians) == set(reference.sums)
-    assert all(torch.allclose(hessians[k], reference.sums[k] / 3) for k in hessians)
+    assert set(hessians) == set(reference)
+    assert all(torch.allclose(hessians[k], reference[k] / 3) for k in hessians)
     assert logger.lines[0] == "GPTQ:collecting Hessians from calibration data..."
     assert re.fullmatch(r"GPTQ:collected 37 Hessians in \d+\.\ds", logger.lines[1])
     # 2026-03-23's model: bigram.embed and ve_shared.embed are lookups; the whole state quantizes with GPTQ

@@ -262,7 +262,7 @@ def test_warmdown_by_wallclock_and_by_iterations(tgpt):
 # ---- BPB byte accounting ----
 def test_byte_tables_count_the_utf8_bytes_of_the_decoded_text(tgpt, tiny_data):
     sp = tiny_data["sp"]
-    tables = tgpt.build_byte_tables(sp, 1024, torch.device("cpu"))
+    tables = tgpt.build_byte_tables(sp, 1024)
     for text in tiny_data["docs"][:20] + ["naïve café — 東京 ok\u00a0x 12345", "  two  spaces"]:
         ids = [1] + sp.encode(text)  # BOS first, as in the shards
         prev, target = torch.tensor(ids[:-1]), torch.tensor(ids[1:])
