@@ -599,7 +599,9 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
 class BackgroundIterator:
     """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
     reaches the consumer after the items made before it, and again on every later call. close() (also at exit: a
-    daemon thread inside torch would abort the exit) empties the queue until the thread, seeing the stop, has ended."""
+    daemon thread inside torch would abort the exit) empties the queue until the thread, seeing the stop, has ended,
+    or for STOP_SECONDS: a producer stuck in a read (a stalled filesystem) is left behind, with a warning."""
+    STOP_SECONDS = 10.0
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
         self.queue, self.stop, self.end = queue.Queue(maxsize=depth), threading.Event(), None
@@ -630,7 +632,12 @@ class BackgroundIterator:
     def close(self) -> None:
         atexit.unregister(self.close)
         self.stop.set()
+        deadline = time.monotonic() + self.STOP_SECONDS
         while self.thread.is_alive() or not self.queue.empty():  # frees the (pinned) items; unblocks a put()
+            if time.monotonic() > deadline:
+                print("WARNING %s: still running %.0fs after close() (stuck in a read?); left behind"
+                      % (self.thread.name, self.STOP_SECONDS), file=sys.stderr, flush=True)
+                return
             with contextlib.suppress(queue.Empty):
                 self.queue.get(timeout=0.05)
 

@@ -296,6 +296,33 @@ def test_close_stops_a_blocked_producer(loader_mod, tmp_path):
         loader.next_batch()
 
 
+def test_close_leaves_a_stuck_producer_behind(loader_mod, monkeypatch, capsys):
+    """A producer stuck inside its source (a stalled read) cannot see the stop: close() gives up after STOP_SECONDS
+    with a warning naming the thread, instead of holding up the exit."""
+    release = threading.Event()
+
+    def stalled_source():
+        yield (torch.zeros(1),)
+        release.wait()  # the next read never returns until the test releases it
+        yield (torch.ones(1),)
+
+    monkeypatch.setattr(loader_mod.BackgroundIterator, "STOP_SECONDS", 0.3)
+    producer = loader_mod.BackgroundIterator(stalled_source(), 1, torch.device("cpu"), "stuck-producer")
+    assert next(producer)[0].item() == 0.0
+    start = time.perf_counter()
+    closer = threading.Thread(target=producer.close)  # so a close() that waits for the producer fails, not hangs
+    closer.start()
+    closer.join(timeout=3.0)
+    try:
+        assert not closer.is_alive() and time.perf_counter() - start >= 0.3
+        assert producer.thread.is_alive()
+    finally:
+        release.set()
+    assert "stuck-producer: still running" in capsys.readouterr().err
+    producer.thread.join(timeout=5)
+    assert not producer.thread.is_alive()
+
+
 def test_context_manager_stops_producer_on_consumer_error(loader_mod, tmp_path):
     write_counting_shards(tmp_path)
     baseline = threading.active_count()
