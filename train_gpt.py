@@ -632,9 +632,9 @@ class BackgroundIterator:
     def close(self) -> None:
         atexit.unregister(self.close)
         self.stop.set()
-        deadline = time.monotonic() + self.STOP_SECONDS
+        deadline = time.perf_counter() + self.STOP_SECONDS
         while self.thread.is_alive() or not self.queue.empty():  # frees the (pinned) items; unblocks a put()
-            if time.monotonic() > deadline:
+            if time.perf_counter() > deadline:
                 print("WARNING %s: still running %.0fs after close() (stuck in a read?); left behind"
                       % (self.thread.name, self.STOP_SECONDS), file=sys.stderr, flush=True)
                 return
