@@ -37,7 +37,8 @@ CHOICES = {  # the values a setting of a fixed set accepts (VAL_BYTECOUNT_DEVICE
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
     "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
-    "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS}
+    "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS,
+    "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
 RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
@@ -117,6 +118,7 @@ class Hyperparameters:
     muon_momentum_warmup_start: float = 0.92  # Muon momentum at step 0
     muon_momentum_warmup_steps: int = 1500  # steps of the linear momentum warm-up
     muon_backend_steps: int = 5  # Newton-Schulz iterations per Muon step
+    muon_ns_coefficients: str = "quintic"  # Newton-Schulz polynomials: quintic (SPEC §5), polar_express (0427 §6.3)
     muon_row_normalize: bool = False  # MuonEq-R: each row of the Nesterov update to unit norm before NS5
     muon_dtype: str = "bf16"  # CUDA: dtype of Muon's reduced grads and momentum (bf16, fp32); CPU: fp32
     muon_wd: float = 0.04  # Muon decoupled weight decay
@@ -176,6 +178,7 @@ class Hyperparameters:
     attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
     qk_kernel: str = "auto"  # attention inputs (one q/k/v GEMM + fused norm/RoPE) and XSA: triton, torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
+    ce_kernel: str = "auto"  # training loss: triton (fused softcapped cross-entropy, SPEC_0427 §6.5), torch, auto
 
     @classmethod
     def from_env(cls, environ) -> "Hyperparameters":
@@ -777,6 +780,7 @@ class GPT(nn.Module):
         self.ve_shared = ScaledEmbedding(h.vocab_size, h.ve_dim, kv_dim, 0.1, 0.01) if self.ve_layers else None
         self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
         self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
+        self.ce_op: Optional[Callable] = None  # the fused softcapped CE op when CE_KERNEL selects Triton
         self._init_weights(h)
 
     @torch.no_grad()
@@ -803,7 +807,10 @@ class GPT(nn.Module):
                 (nn.init.zeros_ if module is self.lm_head else nn.init.orthogonal_)(module.weight)
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of the next-token logits."""
+        """Mean cross-entropy of the next-token logits; with gradients, CE_KERNEL's fused op (evals keep this form)."""
+        if self.ce_op is not None and torch.is_grad_enabled():
+            logits = self.logits_from_hidden(self.forward_hidden(ids), capped=False)
+            return self.ce_op(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), self.logit_softcap).mean()
         logits = self.forward_logits(ids)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
@@ -840,11 +847,11 @@ class GPT(nn.Module):
         ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype) if i in self.ve_layers else None
         return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
 
-    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> fp32 soft-capped logits (..., V)."""
+    def logits_from_hidden(self, hidden: Tensor, capped: bool = True) -> Tensor:
+        """(..., d) -> fp32 soft-capped logits (..., V); capped=False: the logits before the softcap, as computed."""
         x = rms_norm(hidden)
         logits = F.linear(x, self.tok_emb.weight.to(x.dtype)) if self.lm_head is None else self.lm_head(x)
-        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap)
+        return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap) if capped else logits
 
     def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
         """Layer i's (W_q, W_k, W_v, W_o, W_up, W_down): views of the bank rows."""
@@ -1091,7 +1098,7 @@ def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
 
 
 # ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
-# On CUDA three torch.library.triton_ops (the compiled graph keeps their kernels) replace section 4's PyTorch forms
+# On CUDA four torch.library.triton_ops (the compiled graph keeps their kernels) replace section 4's PyTorch forms
 # with the same arithmetic as the compiled PyTorch form; bench/NOTES.md has the measurements.
 # - qkv_heads (QK_KERNEL) = qkv_heads() after one q/k/v GEMM: per head row, fp32 RoPE(rms_norm(x)) * gain (the norm
 #   rounded to x.dtype before RoPE) or x + value_embed, stored `repeat` times; the backward writes dq, dk, dv into one
@@ -1100,7 +1107,9 @@ def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
 #   their strides (no copy of SDPA's output).
 # - mlp (MLP_KERNEL) = leaky_relu_sq_mlp() with the activation in GEMM epilogues (fp32, on h and d_act rounded as a
 #   GEMM writes them): the up GEMM also writes leaky(h)^2, the d_act = dy W_down GEMM writes dh; the rest is cuBLAS.
-# Epsilons and the slope are constexpr: inductor passes a Python float to a kernel as fp64, pulling the math into fp64.
+# - softcapped_ce (CE_KERNEL) = GPT.forward's training loss from the logits before the softcap (SPEC_0427 §6.5): one
+#   program per row in fp32, keeping only each row's log-sum-exp for the backward (no fp32 (rows, V) tensors).
+# Epsilons, the slope and the softcap are constexpr: inductor passes a Python float to a kernel as fp64, pulling the math into fp64.
 if triton is not None:
     @triton.jit
     def _qk_rows(rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,
@@ -1296,11 +1305,44 @@ if triton is not None:
             slope = tl.where(h > 0, 2.0 * h, (2.0 * SLOPE * SLOPE) * h)
             tl.store(dh_ptr + out, (d_act * slope).to(dh_ptr.dtype.element_ty), mask=ok)
 
+    @triton.jit
+    def _ce_fwd(x_ptr, target_ptr, loss_ptr, lse_ptr, cols, SOFTCAP: tl.constexpr, BLOCK: tl.constexpr):
+        """Row program_id of x (rows, cols), contiguous: z = 2c sigmoid(2x/c) (= c tanh(x/c) + c: the shift leaves
+        the cross-entropy as it is) in fp32, BLOCK columns at a time with a running max and sum of exp(z - max)."""
+        row = tl.program_id(0).to(tl.int64)
+        running_max = 0.0  # every z > 0, so 0 is a valid first max
+        total = 0.0
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0).to(tl.float32)
+            z = tl.where(c < cols, (2.0 * SOFTCAP) * tl.sigmoid(x * (2.0 / SOFTCAP)), float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(z, axis=0))
+            total = total * tl.exp(running_max - new_max) + tl.sum(tl.exp(z - new_max), axis=0)
+            running_max = new_max
+        lse = running_max + tl.log(total)
+        x_target = tl.load(x_ptr + row * cols + tl.load(target_ptr + row)).to(tl.float32)
+        tl.store(lse_ptr + row, lse)
+        tl.store(loss_ptr + row, lse - (2.0 * SOFTCAP) * tl.sigmoid(x_target * (2.0 / SOFTCAP)))
+
+    @triton.jit
+    def _ce_bwd(grad_ptr, x_ptr, target_ptr, lse_ptr, dx_ptr, cols, SOFTCAP: tl.constexpr, BLOCK: tl.constexpr):
+        """dx = g (softmax(z) - onehot(target)) dz/dx with dz/dx = 4 s (1 - s), s = sigmoid(2x/c)."""
+        row = tl.program_id(0).to(tl.int64)
+        grad, lse, target = tl.load(grad_ptr + row), tl.load(lse_ptr + row), tl.load(target_ptr + row)
+        for start in range(0, cols, BLOCK):
+            c = start + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0).to(tl.float32)
+            s = tl.sigmoid(x * (2.0 / SOFTCAP))
+            p = tl.exp((2.0 * SOFTCAP) * s - lse)
+            dx = grad * (p - tl.where(c == target, 1.0, 0.0)) * (4.0 * s * (1.0 - s))
+            tl.store(dx_ptr + row * cols + c, dx.to(dx_ptr.dtype.element_ty), mask=c < cols)
+
 QK_BLOCK_ROWS, QK_NUM_WARPS = 16, 4  # rows of head_dim values per program (bench/qk_kernel.py sweeps these)
 XSA_EPS = 1e-12  # F.normalize's default
 # bench/mlp_kernel.py's fastest on H100; PROGRAMS_PER_SM n > 0: persistent, n per SM; 0: one program per tile
 MLP_UP_LAUNCH = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, PROGRAMS_PER_SM=1)
 MLP_DOWN_LAUNCH = dict(MLP_UP_LAUNCH)
+CE_BLOCK, CE_NUM_WARPS = 1024, 4  # columns per step of a row's loop (SPEC_0427 §6.5); bench/ce_kernel.py times them
 
 def _register(name: str, forward: Callable, backward: Callable, setup_context: Callable, grad: Callable) -> Callable:
     """torch.ops.pgolf.<name> and <name>_backward as triton_ops, registered once per process (a reload reuses them)."""
@@ -1451,15 +1493,43 @@ def fused_mlp_op() -> Callable:
     op = _register("mlp", _mlp_forward, _mlp_backward, _mlp_setup_context, _mlp_grad)
     return lambda x, w_up, w_down: op(x, w_up, w_down, torch.is_grad_enabled())[0]
 
-def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch") -> None:
+def _ce_forward(logits: Tensor, targets: Tensor, softcap: float) -> Tuple[Tensor, Tensor]:
+    """(each row's loss, its log-sum-exp) in fp32 for logits (rows, V) before the softcap."""
+    logits, targets = logits.contiguous(), targets.contiguous()
+    losses, lse = (logits.new_empty(logits.size(0), dtype=torch.float32) for _ in range(2))
+    torch.library.wrap_triton(_ce_fwd)[(logits.size(0),)](
+        logits, targets, losses, lse, logits.size(1), SOFTCAP=softcap, BLOCK=CE_BLOCK, num_warps=CE_NUM_WARPS)
+    return losses, lse
+
+def _ce_backward(grad: Tensor, logits: Tensor, targets: Tensor, lse: Tensor, softcap: float) -> Tensor:
+    dx = torch.empty_like(logits)
+    torch.library.wrap_triton(_ce_bwd)[(logits.size(0),)](
+        grad.contiguous(), logits, targets, lse, dx, logits.size(1), SOFTCAP=softcap, BLOCK=CE_BLOCK,
+        num_warps=CE_NUM_WARPS)
+    return dx
+
+def _ce_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0].contiguous(), inputs[1].contiguous(), output[1])  # logits, targets, lse
+    ctx.softcap = inputs[2]
+    ctx.mark_non_differentiable(output[1])
+
+def fused_ce_op() -> Callable:
+    """torch.ops.pgolf.softcapped_ce: (logits (rows, V) before the softcap, targets, softcap) -> each row's
+    cross-entropy of the softcapped logits (fp32), differentiable in the logits."""
+    op = _register("softcapped_ce", _ce_forward, _ce_backward, _ce_setup_context, lambda ctx, grad, _grad_lse: (
+        torch.ops.pgolf.softcapped_ce_backward(grad, *ctx.saved_tensors, ctx.softcap), None, None))
+    return lambda logits, targets, softcap: op(logits, targets, softcap)[0]
+
+def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch", ce: str = "torch") -> None:
     """Sets the attention backend and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
     qkv_op, xsa_op = (fused_qkv_heads_op(), fused_xsa_op()) if qk == "triton" else (None, None)
     mlp_op = fused_mlp_op() if mlp == "triton" else None
+    model.ce_op = fused_ce_op() if ce == "triton" else None
     for block in model.blocks:
         block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
 
 def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
-    """The one start-up choice, {"attention"|"qk"|"mlp": (choice, reason)}: a fused op unless the model's shapes rule
+    """The one start-up choice, {"attention"|"qk"|"mlp"|"ce": (choice, reason)}: a fused op unless the shapes rule
     it out, if its forward+backward at those shapes (the attention's GQA repeat too) matches the PyTorch form."""
     head_dim, dim, device = h.model_dim // h.num_heads, h.model_dim, dist_info.device
     attention = select_attention_backend(h, dist_info)
@@ -1479,7 +1549,9 @@ def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[s
             "qk": kernel("QK_KERNEL", h.qk_kernel, qk_rule, lambda: _probe_qk_kernel(
                 head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat)),
             "mlp": kernel("MLP_KERNEL", h.mlp_kernel, mlp_rule, lambda: _probe_mlp_kernel(
-                dim, device, int(h.mlp_mult * dim)))}
+                dim, device, int(h.mlp_mult * dim))),
+            "ce": kernel("CE_KERNEL", h.ce_kernel, "", lambda: _probe_ce_kernel(
+                h.vocab_size, h.logit_softcap, device))}
 
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
     """FA3 on Hopper, else the first SDPA backend that runs (Hopper: cuDNN first), or ATTN_BACKEND. Each SDPA backend
@@ -1557,15 +1629,34 @@ def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int) -> 
            [(1, 200, model_dim), (hidden_dim, model_dim), (model_dim, hidden_dim)], torch.bfloat16, device,
            "fused MLP kernel", "forward dx dw_up dw_down", 3e-2)
 
+def _probe_ce_kernel(vocab_size: int, softcap: float, device: torch.device) -> None:
+    """The fused CE op's per-row losses and dx vs the PyTorch form on 37 rows of logits of the softcap's scale (where
+    tanh bends): fp32 to 1e-4, then bf16, the training dtype, within its rounding of dx."""
+    targets = torch.randint(vocab_size, (37,), generator=torch.Generator().manual_seed(0)).to(device)
+    reference = lambda x: F.cross_entropy(softcap * torch.tanh(x.float() / softcap), targets, reduction="none")
+    for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 1e-2)):
+        _probe(lambda x: fused_ce_op()(x * softcap, targets, softcap), lambda x: reference(x * softcap),
+               [(37, vocab_size)], dtype, device, "fused CE kernel", "loss dx", tolerance)
+
 
 # ==== 6. OPTIMIZERS ====
-def newton_schulz5(matrices: Tensor, steps: int) -> Tensor:
+# MUON_NS_COEFFICIENTS: (a, b, c) of step k's quintic aX + (bA + cA^2)X, A = XX^T, taken cyclically: the classic
+# tuple every step (SPEC §5), or Polar Express's five (SPEC_0427 §6.3, exactly; step 6 starts the list again).
+NS_COEFFICIENTS = {"quintic": ((3.4445, -4.7750, 2.0315),), "polar_express": (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))}
+
+def newton_schulz5(matrices: Tensor, steps: int,
+                   coefficients: Sequence[tuple] = NS_COEFFICIENTS["quintic"]) -> Tensor:
     """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
-    a, b, c = 3.4445, -4.7750, 2.0315
     transposed = matrices.size(-2) > matrices.size(-1)
     x = matrices.mT if transposed else matrices
     x = x / (x.norm(dim=(-2, -1), keepdim=True) + 1e-7)
-    for _ in range(steps):
+    for step in range(steps):
+        a, b, c = coefficients[step % len(coefficients)]
         gram = x @ x.mT
         x = a * x + (b * gram + c * (gram @ gram)) @ x
     return x.mT if transposed else x
@@ -1581,6 +1672,7 @@ class ParallelMuon(torch.optim.Optimizer):
         super().__init__(self.banks, dict(lr=h.matrix_lr, base_lr=h.matrix_lr, momentum=h.muon_momentum,
                                           weight_decay=h.muon_wd))
         self.dist_info, self.steps, self.row_normalize = dist_info, h.muon_backend_steps, h.muon_row_normalize
+        self.coefficients = NS_COEFFICIENTS[h.muon_ns_coefficients]
         # MUON_DTYPE: reduce-scatter and momentum in bf16 (03-23) or fp32 (04-09's DDP); NS5 and the gathered update
         # in bf16 on CUDA either way; fp32 throughout on the CPU.
         cuda, world = dist_info.is_cuda, dist_info.world_size
@@ -1629,7 +1721,7 @@ class ParallelMuon(torch.optim.Optimizer):
             if self.row_normalize:  # MuonEq-R (SPEC_0409 §5): in fp32, after Nesterov, before NS5
                 nesterov = nesterov.float()
                 nesterov = nesterov / nesterov.norm(dim=-1, keepdim=True).clamp_min(1e-7)
-            update, gather_handle = newton_schulz5(nesterov.to(self.update_dtype), self.steps), None
+            update, gather_handle = newton_schulz5(nesterov.to(self.update_dtype), self.steps, self.coefficients), None
             if gathered is not None:
                 gather_handle = dist.all_gather_into_tensor(gathered, update, async_op=True)
                 update = gathered
@@ -1637,6 +1729,26 @@ class ParallelMuon(torch.optim.Optimizer):
                 apply(*pending)
             pending = (bank, update, gather_handle)
         apply(*pending)
+
+GROUPED_ALL_REDUCE_NUMEL = 32768  # replicated grads this small share one all-reduce per dtype (SPEC_0427 §6.2)
+
+def average_replicated_grads(grads: List[Tensor], dist_info: DistInfo) -> None:
+    """AVG all-reduce in place, as one collective per tensor would (each element's sum is the same): every grad of
+    <= GROUPED_ALL_REDUCE_NUMEL elements goes through one flat buffer per dtype (some 60 launches become 1-2), the
+    large ones (tok_emb) each their own; all are in flight together, behind the banks' reduce-scatters."""
+    if not dist_info.distributed:
+        return
+    small = [grad for grad in grads if grad.numel() <= GROUPED_ALL_REDUCE_NUMEL]
+    work = [(grad, None) for grad in grads if grad.numel() > GROUPED_ALL_REDUCE_NUMEL]
+    work += [(torch.cat([grad.reshape(-1) for grad in small if grad.dtype == dtype]), dtype)
+             for dtype in dict.fromkeys(grad.dtype for grad in small)]
+    handles = [dist.all_reduce(buffer, op=dist.ReduceOp.AVG, async_op=True) for buffer, _ in work]
+    for handle, (buffer, dtype) in zip(handles, work):
+        handle.wait()
+        if dtype is not None:
+            group = [grad for grad in small if grad.dtype == dtype]
+            torch._foreach_copy_(group, [part.view_as(grad) for part, grad in
+                                         zip(buffer.split([grad.numel() for grad in group]), group)])
 
 class Optimizers:
     """Muon for the banks; AdamW for the embeddings (a group each) and the scalars/small matrices; Adam for an untied
@@ -1671,8 +1783,7 @@ class Optimizers:
 
     def step(self) -> None:
         self.muon.launch_reduce_scatter()
-        for param in self.replicated_params:  # blocking AVG all-reduce per tensor, overlapping the reduce-scatters
-            all_reduce_(param.grad, self.dist_info, "avg")
+        average_replicated_grads([param.grad for param in self.replicated_params], self.dist_info)
         if self.clip_norm > 0:
             self.clip_reduced_grads()
         for adam in self.adams:
@@ -2599,7 +2710,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
     kernels = select_kernels(h, dist_info)
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
-        use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
+        use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp", "ce")))
         return fresh
     make_loader = functools.partial(make_train_loader, h, dist_info, logger)
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
@@ -2612,6 +2723,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
             "world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps),
             "attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled),
             "qk_kernel:%s (%s)" % kernels["qk"], "mlp_kernel:%s (%s)" % kernels["mlp"],
+            "ce_kernel:%s (%s)" % kernels["ce"],
             "attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads),
             "tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
             % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
