@@ -20,6 +20,8 @@ WRITES = {
     "_xsa_bwd": {"dy_ptr", "dv_ptr"},
     "_mlp_up_act_fwd": {"h_ptr", "act_ptr"},
     "_mlp_act_grad_bwd": {"dh_ptr"},
+    "_ce_fwd": {"loss_ptr", "lse_ptr"},
+    "_ce_bwd": {"dx_ptr"},
 }
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
@@ -55,6 +57,10 @@ def record_launches(tgpt, monkeypatch) -> list:
     x, w_up, w_down = torch.randn(40, 64, **bf16), torch.randn(192, 64, **bf16), torch.randn(64, 192, **bf16)
     _, hidden, act = tgpt._mlp_forward(x, w_up, w_down, True)
     tgpt._mlp_backward(torch.randn(40, 64, **bf16), x, w_up, w_down, hidden, act, True, True, True)
+    # softcapped CE: 6 rows of a 1500-token vocabulary (a partial last block)
+    logits, targets = torch.randn(6, 1500, **bf16), torch.randint(1500, (6,))
+    _, lse = tgpt._ce_forward(logits, targets, 30.0)
+    tgpt._ce_backward(torch.randn(6), logits, targets, lse, 30.0)
     return launches
 
 

@@ -1,6 +1,6 @@
 """How train_gpt.py chooses, once at start-up, the attention backend and between each fused Triton op and its PyTorch
-form (select_kernels: QK_KERNEL, MLP_KERNEL; select_kernel takes the first candidate that runs), the config errors,
-and the reasons it logs. The ops themselves are tested in test_qk_kernel.py / test_mlp_kernel.py."""
+form (select_kernels: QK_KERNEL, MLP_KERNEL, CE_KERNEL; select_kernel takes the first candidate that runs), the config
+errors, and the reasons it logs. The ops themselves: test_qk_kernel.py, test_mlp_kernel.py, test_ce_kernel.py."""
 import os
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 
 from tgpt_util import tgpt  # noqa: F401  (fixture)
 
-KERNELS = [("QK_KERNEL", "qk"), ("MLP_KERNEL", "mlp")]
+KERNELS = [("QK_KERNEL", "qk"), ("MLP_KERNEL", "mlp"), ("CE_KERNEL", "ce")]
 
 
 @pytest.mark.parametrize("env_name,part", KERNELS)
