@@ -426,7 +426,8 @@ def test_two_ranks_match_one_rank_when_clipping_the_reduced_gradients(tmp_path):
     """tests/scripts/optimizer_ranks.py: 3 optimizer steps of the tiny 04-09 model on gradients that differ per rank,
     2 gloo ranks (reduce-scatter and all-gather of the banks, the clip norm summed over bank shards + replicated
     grads) vs 1 rank given their mean. GRAD_CLIP_SCOPE=reduced gives the same weights; local (the 03-23 record's
-    clipping of each rank's own gradients) does not, so the comparison can see the difference."""
+    clipping of each rank's own gradients) does not, so the comparison can see the difference. Last, the grouped
+    all-reduce of the small replicated grads (SPEC_0427 §6.2) against one all-reduce per tensor."""
     script = REPO / "tests" / "scripts" / "optimizer_ranks.py"
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     for command, out in (([sys.executable, str(script)], one),
@@ -440,6 +441,11 @@ def test_two_ranks_match_one_rank_when_clipping_the_reduced_gradients(tmp_path):
     local = max((one["local"][k] - two["local"][k]).abs().max().item() for k in one["local"])
     moved = max((one["reduced"][k] - one["initial"][k]).abs().max().item() for k in one["initial"])
     assert reduced < 1e-6 and local > 1e-4 and moved > 1e-3, (reduced, local, moved)
+    grouped = two["grouped"]  # SPEC_0427 §6.2: one collective per dtype for the small grads, one per large tensor
+    assert all(torch.equal(a, b) for a, b in zip(grouped["grouped"], grouped["per_tensor"]))  # bit for bit
+    assert all(torch.allclose(a.float(), mean, rtol=1e-2) for a, mean in zip(grouped["grouped"], grouped["mean"]))
+    large = [g.numel() for g in grouped["grouped"] if g.numel() > 32768]
+    assert len(large) == 3 and sorted(grouped["collectives"]) == sorted(large + grouped["small"])
 
 
 # ---- schedule (SPEC_0409 §5) ----
