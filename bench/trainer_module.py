@@ -43,15 +43,16 @@ class ConsoleLogger:
 
 
 def configure_kernels(tg, h, dist_info, model) -> tuple:
-    """Selects attention backend, q/k kernel and MLP kernel as the trainer's `run` does and sets them on `model`;
+    """Selects attention backend, q/k, MLP and CE kernels as the trainer's `run` does and sets them on `model`;
     works for older trainers without those choices. Returns (short label, description with the reasons)."""
     if hasattr(tg, "select_kernels"):
         kernels = tg.select_kernels(h, dist_info)
-        tg.use_kernels(model, *(kernels[part][0] for part in ("attention", "qk", "mlp")))
-        (backend, reason), (qk_kernel, qk_reason), (mlp_kernel, mlp_reason) = kernels.values()
-        return ("%s,qk:%s,mlp:%s" % (backend, qk_kernel, mlp_kernel),
-                "%s (%s) qk_kernel:%s (%s) mlp_kernel:%s (%s)" % (backend, reason, qk_kernel, qk_reason, mlp_kernel,
-                                                                  mlp_reason))
+        parts = [part for part in ("qk", "mlp", "ce") if part in kernels]  # the fused ops this trainer has
+        tg.use_kernels(model, kernels["attention"][0], *(kernels[part][0] for part in parts))
+        backend, reason = kernels["attention"]
+        return (",".join([backend] + ["%s:%s" % (part, kernels[part][0]) for part in parts]),
+                " ".join(["%s (%s)" % (backend, reason)] + ["%s_kernel:%s (%s)" % ((part,) + kernels[part])
+                                                            for part in parts]))
     backend, reason = tg.select_attention_backend(h, dist_info)
     if not hasattr(tg, "select_qk_kernel"):
         model.set_attention_backend(backend)
