@@ -1109,7 +1109,8 @@ def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
 #   GEMM writes them): the up GEMM also writes leaky(h)^2, the d_act = dy W_down GEMM writes dh; the rest is cuBLAS.
 # - softcapped_ce (CE_KERNEL) = GPT.forward's training loss from the logits before the softcap (SPEC_0427 §6.5): one
 #   program per row in fp32, keeping only each row's log-sum-exp for the backward (no fp32 (rows, V) tensors).
-# Epsilons, the slope and the softcap are constexpr: inductor passes a Python float to a kernel as fp64, pulling the math into fp64.
+# Epsilons, the slope and the softcap are constexpr: inductor passes a Python float to a kernel as fp64, pulling the
+# math into fp64.
 if triton is not None:
     @triton.jit
     def _qk_rows(rows, heads, seq_len, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, ROPE: tl.constexpr,

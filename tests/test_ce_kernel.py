@@ -69,6 +69,26 @@ def test_forward_uses_the_op_for_gradients_only(tgpt):
     assert len(calls) == 1
 
 
+def test_op_traces_with_fake_tensors_as_torch_compile_does(tgpt):
+    """What torch.compile sees (fake tensors, no kernel runs): the loss and dx shapes and dtypes (dx in the logits'
+    dtype), and forward and backward as the two opaque ops."""
+    if tgpt.triton is None:
+        pytest.skip("triton is not installed")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    op = tgpt.fused_ce_op()
+
+    def step(logits, targets):
+        loss = op(logits, targets, 30.0).mean()
+        return loss, torch.autograd.grad(loss, logits)[0]
+    logits = torch.randn(6, 1500, dtype=torch.bfloat16, requires_grad=True)
+    graph = make_fx(step, tracing_mode="fake")(logits, torch.randint(1500, (6,)))
+    calls = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+    assert "pgolf.softcapped_ce.default" in calls and "pgolf.softcapped_ce_backward.default" in calls
+    outputs = [node for node in graph.graph.nodes if node.op == "output"][0].args[0]
+    assert [(tuple(t.meta["val"].shape), t.meta["val"].dtype) for t in outputs] == [
+        ((), torch.float32), ((6, 1500), torch.bfloat16)]
+
+
 def test_fused_ce_matches_the_pytorch_form_under_the_triton_interpreter():
     results = run_under_triton_interpreter("ce_kernel_interpreted.py")
     assert len(results["op"]) == 8 and results["probe"] == "passed"
