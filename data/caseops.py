@@ -13,7 +13,8 @@ run w of ASCII letters [A-Za-z] is written as
 e.g. "The NASA Launch" -> TITLE "the " ALLCAPS "nasa " TITLE "launch"; "iPhone OpenAI" -> "i" CAPNEXT "phone "
 TITLE "open" CAPNEXT "a" CAPNEXT "i". An operator character already in the text is escaped (ESC + it); every
 other character (digits, punctuation, whitespace, non-ASCII letters) is copied. decode() inverts encode()
-exactly and raises ValueError on text encode() cannot produce. Standard library only.
+exactly; it raises ValueError on an operator not followed by what encode() writes after it. Standard library
+only.
 """
 
 import re
@@ -23,7 +24,9 @@ TITLE, ALLCAPS, CAPNEXT, ESC = "\ue001", "\ue002", "\ue003", "\ue004"
 CONTROLS = TITLE + ALLCAPS + CAPNEXT + ESC  # in id order 4..7 of the record's tokenizer (user-defined pieces)
 
 _ENCODE_UNITS = re.compile(r"[A-Za-z]+|[\ue001-\ue004]")
-_ASCII_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+# What encode() writes after an operator: ESC + any operator, ALLCAPS + a run of 2+ letters (the whole rest of
+# the word: a maximal run), TITLE or CAPNEXT + one letter; an operator anywhere else is an error.
+_DECODE_UNITS = re.compile("\ue004([\ue001-\ue004])|\ue002([a-z]{2,})|[\ue001\ue003]([a-z])|[\ue001-\ue004]")
 
 
 def _encode_unit(match) -> str:
@@ -45,51 +48,19 @@ def encode(text: str) -> str:
     return _ENCODE_UNITS.sub(_encode_unit, text)
 
 
+def _decode_unit(match) -> str:
+    escaped, allcaps, capital = match.group(1, 2, 3)
+    if escaped:
+        return escaped
+    if allcaps or capital:
+        return (allcaps or capital).upper()
+    raise ValueError(f"CaseOps text: operator U+{ord(match.group()):04X} at {match.start()} is not followed by "
+                     "what encode() writes after it")
+
+
 def decode(text: str) -> str:
-    """The original text of a CaseOps string; ValueError names the position of anything encode() never writes."""
-    out, position, length = [], 0, len(text)
-    while position < length:
-        char = text[position]
-        if char not in CONTROLS:
-            out.append(char)
-            position += 1
-            continue
-        following = text[position + 1] if position + 1 < length else ""
-        if char == ESC:
-            if following == "" or following not in CONTROLS:
-                raise ValueError(f"CaseOps text: ESC at {position} is not followed by an operator character")
-            out.append(following)
-            position += 2
-            continue
-        if following == "" or following not in _ASCII_LOWER:
-            raise ValueError(f"CaseOps text: operator U+{ord(char):04X} at {position} is not followed by a/z")
-        if char == ALLCAPS:
-            end = position + 1
-            while end < length and text[end] in _ASCII_LOWER:
-                end += 1
-            if end - position - 1 < 2:
-                raise ValueError(f"CaseOps text: ALLCAPS at {position} covers fewer than 2 letters")
-            out.append(text[position + 1:end].upper())
-            position = end
-        else:  # TITLE or CAPNEXT: one capital
-            out.append(following.upper())
-            position += 2
-    return "".join(out)
-
-
-def original_byte_weights(text: str) -> list:
-    """For each character of a CaseOps string, the UTF-8 bytes of the original text it stands for: 0 for an
-    operator (or an ESC), the character's UTF-8 length otherwise (an escaped operator counts its 3 bytes).
-    Their sum is len(decode(text).encode("utf-8"))."""
-    weights, escaped = [], False
-    for char in text:
-        if char in CONTROLS and not escaped:
-            weights.append(0)
-            escaped = char == ESC
-            continue
-        weights.append(len(char.encode("utf-8")))
-        escaped = False
-    return weights
+    """The original text of a CaseOps string; ValueError names the position of a misplaced operator."""
+    return _DECODE_UNITS.sub(_decode_unit, text)
 
 
 def is_caseops_tokenizer(processor) -> bool:

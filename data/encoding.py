@@ -18,7 +18,7 @@ import numpy as np
 
 from data import caseops
 from data.corpus import record_text
-from data.sp_tokenizer import TokenizerError, _proto_fields
+from data.sp_tokenizer import TokenizerError
 
 # In CaseOps text (UTF-8), the operators, which stand for no original byte: an ESC with the operator it escapes
 # (only the ESC's 3 bytes stand for nothing), or an unescaped TITLE/ALLCAPS/CAPNEXT. 0xEE is a lead byte, so a
@@ -27,15 +27,53 @@ _OPERATOR_UTF8 = re.compile(rb"\xee\x80\x84\xee\x80[\x81-\x84]|\xee\x80[\x81-\x8
 _MAX_COUNT = np.iinfo(np.uint16).max
 
 
+def _varint(buf: bytes, pos: int) -> tuple:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
 def piece_ids_and_begins(serialized: bytes) -> tuple:
     """(ids, begins) of a SentencePieceText proto: each piece's id and the UTF-8 offset where its surface
-    starts in the encoded text (field 2 = pieces; in a piece 2 = id, 4 = begin)."""
-    ids, begins = [], []
-    for field, _, piece in _proto_fields(serialized):
-        if field == 2:
-            values = {number: value for number, _, value in _proto_fields(piece) if number in (2, 4)}
-            ids.append(values.get(2, 0))
-            begins.append(values.get(4, 0))
+    starts in the encoded text (top-level field 2 = pieces; in a piece, field 2 = id and 4 = begin, varints;
+    1 and 3 are strings). A hand-written reader: protobuf is not a dependency, and this runs once per token."""
+    ids, begins, position, size = [], [], 0, len(serialized)
+    while position < size:
+        key, position = _varint(serialized, position)
+        wire = key & 7
+        if wire == 0:
+            _, position = _varint(serialized, position)
+            continue
+        if wire == 5:
+            position += 4
+            continue
+        if wire != 2:
+            raise ValueError(f"unexpected protobuf wire type {wire} in a SentencePieceText")
+        length, position = _varint(serialized, position)
+        end = position + length
+        if key >> 3 != 2:
+            position = end
+            continue
+        piece_id = begin = 0
+        while position < end:
+            field = serialized[position]
+            position += 1
+            if field & 7 == 2:
+                length, position = _varint(serialized, position)
+                position += length
+            else:
+                value, position = _varint(serialized, position)
+                if field == 0x10:
+                    piece_id = value
+                elif field == 0x20:
+                    begin = value
+        ids.append(piece_id)
+        begins.append(begin)
     return ids, begins
 
 
