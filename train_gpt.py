@@ -4,7 +4,7 @@ run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it run
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
 import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,7 +33,7 @@ ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_
                         "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
 COMPRESSORS = ("ans", "brotli", "lzma")
-CHOICES = {  # the values a setting of a fixed set accepts (VAL_BYTECOUNT_DEVICE, TORCH_COMPILE: in validate)
+CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
     "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
@@ -167,7 +167,6 @@ class Hyperparameters:
     val_prefetch: bool = True  # build validation batches in a background thread
     val_prefetch_queue: int = 2  # validation batches the producer may hold ready
     val_copy_stream: bool = True  # CUDA: validation H2D on a side stream, one batch ahead
-    val_bytecount_device: str = "cpu"  # where plain evals count target bytes: cpu (host copies) or cuda
     val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
     training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
     training_timing_every: int = 200  # steps between timing_breakdown lines
@@ -220,8 +219,6 @@ class Hyperparameters:
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (self.val_bytecount_device not in ("cpu", "cuda"),
-             "VAL_BYTECOUNT_DEVICE=%r must be one of cpu, cuda" % self.val_bytecount_device),
             (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
@@ -290,7 +287,7 @@ class Hyperparameters:
     effective_rope_train_seq_len = property(
         lambda self: self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len)
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
-    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
+    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))  # not _bytes_
     # training time in ms: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap
     train_budget_ms = property(lambda self: 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds)
                                if self.max_wallclock_seconds > 0 else None)
@@ -1813,15 +1810,52 @@ def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables)
 @dataclass(frozen=True)
 class ValidationData:
     tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
-    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda, sliding windows, TTT)
-    tables_cpu: ByteTables  # for counting on the host copies of each batch (VAL_BYTECOUNT_DEVICE=cpu)
+    target_bytes: Tensor  # int32 (num_targets,) on the device: the text bytes of target j = tokens[j + 1]
 
     @property
     def num_targets(self) -> int:
         return self.tokens.size - 1
 
+CASEOPS_CONTROLS = "\ue001\ue002\ue003\ue004"  # SPEC_0427 §2: TITLE, ALLCAPS, CAPNEXT, ESC, user-defined pieces
+
+def load_byte_sidecar(h: Hyperparameters, sp, val_paths: List[str], val_counts: List[int]) -> Optional[np.ndarray]:
+    """SPEC_0427 §2: per val token, the original UTF-8 bytes it covers (0 for BOS); None for plain data. A CaseOps
+    tokenizer, manifest and sidecar come together, each sidecar as long as its shard, their total the manifest's
+    stats.bytes_val: anything else would divide by the wrong bytes."""
+    manifest_path, dataset = dataset_manifest(h.data_path)
+    caseops = set(CASEOPS_CONTROLS) <= {sp.id_to_piece(token_id) for token_id in range(sp.vocab_size())}
+    sidecars = [os.path.join(os.path.dirname(path), "fineweb_val_bytes_" + os.path.basename(path)[12:])
+                for path in val_paths]
+    if not glob.glob(os.path.join(h.data_path, "fineweb_val_bytes_*.bin")):
+        if dataset.get("text_transform"):
+            raise DataError("%s says the shards are %s, but %s has no byte sidecar %s: their bpb needs it" % (
+                manifest_path, dataset["text_transform"], h.data_path, sidecars[0]))
+        if caseops:
+            raise DataError("TOKENIZER_PATH=%s is a CaseOps tokenizer (pieces U+E001-U+E004), but %s is plain "
+                            "(no byte sidecar %s)" % (h.tokenizer_path, val_paths[0], sidecars[0]))
+        return None
+    if not caseops:
+        raise DataError("%s is a CaseOps byte sidecar, but TOKENIZER_PATH=%s is not a CaseOps tokenizer (no pieces "
+                        "U+E001-U+E004)" % (sidecars[0], h.tokenizer_path))
+    parts = []
+    for val_path, sidecar, count in zip(val_paths, sidecars, val_counts):
+        if not os.path.isfile(sidecar):
+            raise DataError("%s has no byte sidecar %s" % (val_path, sidecar))
+        parts.append(load_data_shard(sidecar))
+        if parts[-1].size != count:
+            raise DataError("%s holds %d byte counts, but %s holds %d tokens: one per token expected"
+                            % (sidecar, parts[-1].size, val_path, count))
+    counts, expected = np.concatenate(parts), dataset.get("stats", {}).get("bytes_val")
+    if int(counts.sum(dtype=np.int64)) != expected:  # data/ writes stats.bytes_val when it builds or downloads
+        raise DataError("%s (and the other byte sidecars) total %d bytes, but %s says stats.bytes_val %s"
+                        % (sidecars[0], counts.sum(dtype=np.int64), manifest_path, expected))
+    return counts
+
 def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:
-    tokens = np.concatenate([load_data_shard(path) for path in list_shards(h.val_files, "validation")])
+    """The val tokens and each target's byte count: from the byte sidecar if there is one, else from the pieces."""
+    paths = list_shards(h.val_files, "validation")
+    shards = [load_data_shard(path) for path in paths]
+    tokens = np.concatenate(shards)
     seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
     usable = ((tokens.size - 1) // seq_len) * seq_len
     if usable <= 0:
@@ -1831,8 +1865,13 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     if too_large >= h.vocab_size:
         raise DataError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
                         % (h.val_files, too_large, h.vocab_size))
-    tables_cpu = build_byte_tables(sp, h.vocab_size)
-    return ValidationData(tokens[:usable + 1], ByteTables(*(t.to(device) for t in astuple(tables_cpu))), tables_cpu)
+    sidecar = load_byte_sidecar(h, sp, paths, [shard.size for shard in shards])
+    if sidecar is None:
+        ids = torch.from_numpy(tokens[:usable + 1].astype(np.int64))
+        target_bytes = count_target_bytes(ids[:-1], ids[1:], build_byte_tables(sp, h.vocab_size))
+    else:  # entry j + 1 belongs to token j + 1, i.e. to target j
+        target_bytes = torch.from_numpy(sidecar[1:usable + 1].astype(np.int32))
+    return ValidationData(tokens[:usable + 1], target_bytes.to(device, torch.int32))
 
 def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
     val_loss = nll_sum / token_count
@@ -1854,21 +1893,17 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
     def build(spec):
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
-    sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
+    sums, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), model.training
+    sums[2] = val.target_bytes[first * seq_len:last * seq_len].sum()  # this rank's targets
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
-        for batch, ((x_cpu, y_cpu), (x, y)) in enumerate(feed, 1):
+        for batch, (_, (x, y)) in enumerate(feed, 1):
             with autocast_context(dist_info):
                 sums[0] += loss_sum(x, y)
             sums[1] += y.numel()
-            if h.val_bytecount_device == "cpu":  # the same sums, counted on the host copies
-                host_bytes += int(count_target_bytes(x_cpu, y_cpu, val.tables_cpu).sum())
-            else:
-                sums[2] += count_target_bytes(x, y, val.tables).sum().double()
             if every > 0 and (batch % every == 0 or batch == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
                            % (dist_info.world_size, batch, len(specs), (sums[0] / sums[1]).item(), int(sums[1].item())))
-    sums[2] += host_bytes
     model.train(was_training)
     return reduced_loss_and_bpb(sums, dist_info)
 
@@ -1909,7 +1944,7 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
     return x, y, score_mask
 
-def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
+def score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, window_starts: Tensor, window_len: int,
                   stride: int, sums: Tensor) -> None:
     """Adds this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets, bytes] `sums`, no host
     syncs; batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
@@ -1919,22 +1954,25 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_st
     with torch.inference_mode():
         for begin in range(0, window_starts.numel(), batch_seqs):
             first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
-            x, y, score_mask = build_window_batch(tokens, device_starts[begin:begin + batch_seqs], window_len, stride)
+            starts = device_starts[begin:begin + batch_seqs]
+            x, y, score_mask = build_window_batch(tokens, starts, window_len, stride)
             with autocast_context(dist_info):
                 logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
-            x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
+            y, score_mask = y[:, first_position:], score_mask[:, first_position:]
             nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+            positions = starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
             sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
             sums[1] += score_mask.sum()
-            sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+            sums[2] += torch.where(score_mask, target_bytes[positions.clamp_max(num_targets - 1)], 0).sum()
 
-def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, target_bytes,
                         stride: int) -> tuple:
     """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split contiguously by rank."""
     starts = sliding_window_starts(tokens.numel() - 1, h.effective_eval_seq_len, stride)
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
-    score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts, h.effective_eval_seq_len, stride, sums)
+    score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, starts, h.effective_eval_seq_len, stride,
+                  sums)
     return reduced_loss_and_bpb(sums, dist_info)
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
@@ -1990,7 +2028,7 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
             optimizer.step()
     model.eval()
 
-def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
+def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, target_bytes) -> tuple:
     """Legal score-first TTT (SPEC §8): each chunk is scored under inference_mode with the current weights before it
     is trained on (all but the last chunk); windows and sequences are TRAIN_SEQ_LEN long."""
     started = time.perf_counter()
@@ -2007,7 +2045,7 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     sums, last_chunk = torch.zeros(3, dtype=torch.float64, device=dist_info.device), len(chunks) - 1
     model.eval()
     for chunk_index, chunk_starts in enumerate(chunks):
-        score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts, window_len, stride, sums)
+        score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, chunk_starts, window_len, stride, sums)
         if chunk_index < last_chunk:  # chunk k's targets were all scored just above (or in an earlier chunk)
             chunk_begin = chunk_index * h.ttt_chunk_tokens
             for group in optimizer.param_groups:
@@ -2543,6 +2581,16 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
         return None, "%s: tokenizer %r has no sha256" % (path, name)
     return sha256, "tokenizer %r of %s" % (name, path)
 
+def dataset_manifest(data_path: str) -> Tuple[str, dict]:
+    """(path, datasets[0]) of DATA_PATH's manifest.json; datasets[0] is {} when there is none to read."""
+    path = os.path.join(data_path, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            dataset = json.load(handle)["datasets"][0]
+    except (OSError, ValueError, LookupError, TypeError):
+        dataset = {}
+    return path, dataset if isinstance(dataset, dict) else {}
+
 def load_tokenizer(h: Hyperparameters, logger):
     """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards."""
     spm = optional_module("sentencepiece")
@@ -2599,11 +2647,12 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
         results[label] = timed_eval(
             dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
-            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.tables, stride))
+            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes,
+                                                 stride))
     if h.ttt_enabled:
         results["legal_ttt"] = timed_eval(
             dist_info, logger, "legal_ttt", exact=True,
-            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.tables))
+            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
     return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
@@ -2615,6 +2664,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
                                                             len(list_shards(h.train_files, "train"))))
     logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
+    logger.log("val_bytes:%d" % int(val.target_bytes.sum()))  # every bpb's denominator when all targets count
     kernels = select_kernels(h, dist_info)
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
