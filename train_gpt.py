@@ -92,7 +92,7 @@ class Hyperparameters:
     xsa_last_n: int = 4  # exclusive self-attention (XSA) on the last N blocks
     ln_scale: bool = True  # scale block i's norm outputs by 1/sqrt(i + 1)
     rope_train_seq_len: int = 1024  # longer sequences get an NTK-scaled RoPE base; <= 0: TRAIN_SEQ_LEN
-    rope_bf16: bool = False  # SPEC_0409 §0.7: tables from bf16 positions and bf16 theta up to that length
+    rope_bf16: bool = False  # SPEC_0409 §0.7: theta rounded to bf16 up to that length, as the record's compiled table
     num_loops: int = 0  # depth recurrence: blocks LOOP_START..LOOP_END run 1 + NUM_LOOPS times once looping is on
     loop_start: int = 3  # first looped block
     loop_end: int = 5  # last looped block (inclusive)
@@ -758,6 +758,8 @@ class GPT(nn.Module):
         self.num_layers, self.logit_softcap = n, h.logit_softcap
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len, h.rope_bf16)
+        self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
+        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len})  # made before any compiled forward
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
@@ -813,8 +815,7 @@ class GPT(nn.Module):
         if self.bigram is not None:
             x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
-        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
-                             *self.rope_args)
+        rope = self.rope_tables(ids.size(1), ids.device, x.dtype)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         encoder, decoder = self.layer_orders[self.looping]
         skips = []
@@ -831,6 +832,19 @@ class GPT(nn.Module):
                     x = gate * x + (1 - gate) * skip
             x = self.run_block(i, x, x0, rope, value_embed, collector)
         return x
+
+    def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, ...]:
+        """The model's one RoPE table of this length, made once by eager code and read by every path (training,
+        evals, GPTQ calibration, TTT scoring and training): a table built inside a compiled graph would get the
+        backend's roundings instead (issue 35: CUDA inductor drops the bf16 rounding of the positions)."""
+        key = (seq_len, dtype, device)
+        if key not in self.rope_cache:
+            if torch.compiler.is_compiling():
+                raise RuntimeError("no RoPE table of length %d was made before compiling (GPT.rope_lengths %s)"
+                                   % (seq_len, self.rope_lengths))
+            self.rope_cache[key] = rotary_tables(seq_len, self.head_dim, self.rope_dims, self.rope_base, device,
+                                                 dtype, *self.rope_args)
+        return self.rope_cache[key]
 
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
                   collector: Optional["HessianCollector"]) -> Tensor:
@@ -858,12 +872,15 @@ class GPT(nn.Module):
         return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
 
 def build_model(h: Hyperparameters, device: torch.device) -> GPT:
-    """Seeded fp32 build on CPU, then on CUDA the dtype recipe."""
+    """Seeded fp32 build on CPU, then on CUDA the dtype recipe; then the RoPE tables of GPT.rope_lengths."""
     random.seed(h.seed)
     np.random.seed(h.seed)
     torch.manual_seed(h.seed)
     model = GPT(h)
-    return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
+    model = apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
+    for seq_len in model.rope_lengths:
+        model.rope_tables(seq_len, device, model.tok_emb.weight.dtype)
+    return model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
     """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names
@@ -1010,13 +1027,15 @@ def rms_norm(x: Tensor) -> Tensor:
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype, train_seq_len: int = 1024,
                   bf16: bool = False) -> Tuple[Tensor, ...]:
     """cos_full, sin_full (T, head_dim) in `dtype` and the pair-swap index. Past train_seq_len the base is
-    NTK-rescaled (SPEC §4); angles are fp32, or with `bf16` (SPEC_0409 §0.7) bf16 positions times bf16 theta."""
+    NTK-rescaled (SPEC §4). Angles are fp32 products of fp32 positions and theta; with `bf16`, theta rounded to bf16
+    first: the 04-09 record's table (SPEC_0409 §0.7: a bf16 theta buffer; its first compiled forward builds the
+    table, and on CUDA that keeps the positions fp32, measured: bench/NOTES.md "RoPE tables")."""
     if seq_len > train_seq_len:
         base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
-    half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
+    half = rope_dims // 2
     inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
-    positions = torch.arange(seq_len, device=device, dtype=angle_dtype)
-    angles = torch.outer(positions, inv_freq.to(angle_dtype))
+    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv_freq.bfloat16().float() if bf16 else inv_freq)
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
     dims = torch.arange(head_dim, device=device)
