@@ -502,8 +502,8 @@ def summary_lines(config: BuildConfig, manifest: dict, seconds: float) -> list:
             f"{stats['files_' + split]} shard(s)"
         )
     if "bytes_val" in stats:
-        lines.append(f"  caseops    val byte sidecars: {stats['bytes_val']:,} bytes of original text "
-                     "(the trainer's val_bytes)")
+        lines.append(f"  caseops    {stats['files_val']} val byte sidecar(s): {stats['bytes_val']:,} bytes, the val "
+                     "documents' UTF-8 bytes (manifest stats.bytes_val)")
     lines += [
         f"  output     {out_dir} (manifest.json: the dataset and its tokenizer's sha256)",
         f"  train with DATA_PATH={out_dir} TOKENIZER_PATH={model_path} VOCAB_SIZE={config.vocab_size}",
