@@ -152,7 +152,7 @@ def test_a_sidecar_total_other_than_the_manifests_names_both_files(tgpt, copy_of
     manifest["datasets"][0]["stats"]["bytes_val"] += 1
     open(path, "w").write(json.dumps(manifest))
     with pytest.raises(tgpt.DataError, match=re.escape(f"{sidecar(env, 0)} (and the other byte sidecars) total ")
-                       + ".*" + re.escape(f"but {path} says stats.bytes_val")):
+                       + ".*" + re.escape(f"but datasets[0].stats.bytes_val of {path} is")):
         load_with(tgpt, env, env)
 
 
