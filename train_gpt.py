@@ -4,7 +4,7 @@ run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it run
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
 import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,7 +33,7 @@ ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_
                         "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
 COMPRESSORS = ("ans", "brotli", "lzma")
-CHOICES = {  # the values a setting of a fixed set accepts (VAL_BYTECOUNT_DEVICE, TORCH_COMPILE: in validate)
+CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
     "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
@@ -93,7 +93,7 @@ class Hyperparameters:
     xsa_last_n: int = 4  # exclusive self-attention (XSA) on the last N blocks
     ln_scale: bool = True  # scale block i's norm outputs by 1/sqrt(i + 1)
     rope_train_seq_len: int = 1024  # longer sequences get an NTK-scaled RoPE base; <= 0: TRAIN_SEQ_LEN
-    rope_bf16: bool = False  # SPEC_0409 §0.7: tables from bf16 positions and bf16 theta up to that length
+    rope_bf16: bool = False  # SPEC_0409 §0.7: theta rounded to bf16 up to that length, as the record's compiled table
     num_loops: int = 0  # depth recurrence: blocks LOOP_START..LOOP_END run 1 + NUM_LOOPS times once looping is on
     loop_start: int = 3  # first looped block
     loop_end: int = 5  # last looped block (inclusive)
@@ -169,7 +169,6 @@ class Hyperparameters:
     val_prefetch: bool = True  # build validation batches in a background thread
     val_prefetch_queue: int = 2  # validation batches the producer may hold ready
     val_copy_stream: bool = True  # CUDA: validation H2D on a side stream, one batch ahead
-    val_bytecount_device: str = "cpu"  # where plain evals count target bytes: cpu (host copies) or cuda
     val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
     training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
     training_timing_every: int = 200  # steps between timing_breakdown lines
@@ -223,8 +222,6 @@ class Hyperparameters:
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (self.val_bytecount_device not in ("cpu", "cuda"),
-             "VAL_BYTECOUNT_DEVICE=%r must be one of cpu, cuda" % self.val_bytecount_device),
             (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
@@ -293,7 +290,7 @@ class Hyperparameters:
     effective_rope_train_seq_len = property(
         lambda self: self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len)
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
-    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
+    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))  # not _bytes_
     # training time in ms: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap
     train_budget_ms = property(lambda self: 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds)
                                if self.max_wallclock_seconds > 0 else None)
@@ -764,6 +761,8 @@ class GPT(nn.Module):
         self.num_layers, self.logit_softcap = n, h.logit_softcap
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len, h.rope_bf16)
+        self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
+        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len})  # made before any compiled forward
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
@@ -823,8 +822,7 @@ class GPT(nn.Module):
         if self.bigram is not None:
             x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
-        rope = rotary_tables(ids.size(1), self.head_dim, self.rope_dims, self.rope_base, ids.device, x.dtype,
-                             *self.rope_args)
+        rope = self.rope_tables(ids.size(1), ids.device, x.dtype)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         encoder, decoder = self.layer_orders[self.looping]
         skips = []
@@ -841,6 +839,19 @@ class GPT(nn.Module):
                     x = gate * x + (1 - gate) * skip
             x = self.run_block(i, x, x0, rope, value_embed, collector)
         return x
+
+    def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, ...]:
+        """The model's one RoPE table of this length, made once by eager code and read by every path (training,
+        evals, GPTQ calibration, TTT scoring and training): a table built inside a compiled graph would get the
+        backend's roundings instead (issue 35: CUDA inductor drops the bf16 rounding of the positions)."""
+        key = (seq_len, dtype, device)
+        if key not in self.rope_cache:
+            if torch.compiler.is_compiling():
+                raise RuntimeError("no RoPE table of length %d was made before compiling (GPT.rope_lengths %s)"
+                                   % (seq_len, self.rope_lengths))
+            self.rope_cache[key] = rotary_tables(seq_len, self.head_dim, self.rope_dims, self.rope_base, device,
+                                                 dtype, *self.rope_args)
+        return self.rope_cache[key]
 
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
                   collector: Optional["HessianCollector"]) -> Tensor:
@@ -868,12 +879,15 @@ class GPT(nn.Module):
         return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
 
 def build_model(h: Hyperparameters, device: torch.device) -> GPT:
-    """Seeded fp32 build on CPU, then on CUDA the dtype recipe."""
+    """Seeded fp32 build on CPU, then on CUDA the dtype recipe; then the RoPE tables of GPT.rope_lengths."""
     random.seed(h.seed)
     np.random.seed(h.seed)
     torch.manual_seed(h.seed)
     model = GPT(h)
-    return apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
+    model = apply_dtype_recipe(model.to(device), h) if device.type == "cuda" else model
+    for seq_len in model.rope_lengths:
+        model.rope_tables(seq_len, device, model.tok_emb.weight.dtype)
+    return model
 
 def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
     """SPEC §4: bf16, but fp32 banks, CastedLinear weights, 0-D/1-D params and CONTROL_TENSOR_NAME_PATTERNS names
@@ -1020,13 +1034,15 @@ def rms_norm(x: Tensor) -> Tensor:
 def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, device, dtype, train_seq_len: int = 1024,
                   bf16: bool = False) -> Tuple[Tensor, ...]:
     """cos_full, sin_full (T, head_dim) in `dtype` and the pair-swap index. Past train_seq_len the base is
-    NTK-rescaled (SPEC §4); angles are fp32, or with `bf16` (SPEC_0409 §0.7) bf16 positions times bf16 theta."""
+    NTK-rescaled (SPEC §4). Angles are fp32 products of fp32 positions and theta; with `bf16`, theta rounded to bf16
+    first: the 04-09 record's table (SPEC_0409 §0.7: a bf16 theta buffer; its first compiled forward builds the
+    table, and on CUDA that keeps the positions fp32, measured: bench/NOTES.md "RoPE tables")."""
     if seq_len > train_seq_len:
         base, bf16 = base * (seq_len / train_seq_len) ** (rope_dims / (rope_dims - 2)), False
-    half, angle_dtype = rope_dims // 2, torch.bfloat16 if bf16 else torch.float32
+    half = rope_dims // 2
     inv_freq = base ** (-torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
-    positions = torch.arange(seq_len, device=device, dtype=angle_dtype)
-    angles = torch.outer(positions, inv_freq.to(angle_dtype))
+    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv_freq.bfloat16().float() if bf16 else inv_freq)
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     ones = torch.ones(seq_len, head_dim - rope_dims, device=device, dtype=dtype)
     dims = torch.arange(head_dim, device=device)
@@ -1906,15 +1922,52 @@ def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables)
 @dataclass(frozen=True)
 class ValidationData:
     tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
-    tables: ByteTables  # on the device (VAL_BYTECOUNT_DEVICE=cuda, sliding windows, TTT)
-    tables_cpu: ByteTables  # for counting on the host copies of each batch (VAL_BYTECOUNT_DEVICE=cpu)
+    target_bytes: Tensor  # int32 (num_targets,) on the device: the text bytes of target j = tokens[j + 1]
 
     @property
     def num_targets(self) -> int:
         return self.tokens.size - 1
 
+CASEOPS_CONTROLS = "\ue001\ue002\ue003\ue004"  # SPEC_0427 §2: TITLE, ALLCAPS, CAPNEXT, ESC, user-defined pieces
+
+def load_byte_sidecar(h: Hyperparameters, sp, val_paths: List[str], val_counts: List[int]) -> Optional[np.ndarray]:
+    """SPEC_0427 §2: per val token, the original UTF-8 bytes it covers (0 for BOS); None for plain data. A CaseOps
+    tokenizer, manifest and sidecar come together, each sidecar as long as its shard, their total the manifest's
+    stats.bytes_val: anything else would divide by the wrong bytes."""
+    manifest_path, dataset = dataset_manifest(h.data_path)
+    caseops = set(CASEOPS_CONTROLS) <= {sp.id_to_piece(token_id) for token_id in range(sp.vocab_size())}
+    sidecars = [os.path.join(os.path.dirname(path), "fineweb_val_bytes_" + os.path.basename(path)[12:])
+                for path in val_paths]
+    if not glob.glob(os.path.join(h.data_path, "fineweb_val_bytes_*.bin")):
+        if dataset.get("text_transform"):
+            raise DataError("%s says the shards are %s, but %s has no byte sidecar %s: their bpb needs it" % (
+                manifest_path, dataset["text_transform"], h.data_path, sidecars[0]))
+        if caseops:
+            raise DataError("TOKENIZER_PATH=%s is a CaseOps tokenizer (pieces U+E001-U+E004), but %s is plain "
+                            "(no byte sidecar %s)" % (h.tokenizer_path, val_paths[0], sidecars[0]))
+        return None
+    if not caseops:
+        raise DataError("%s is a CaseOps byte sidecar, but TOKENIZER_PATH=%s is not a CaseOps tokenizer (no pieces "
+                        "U+E001-U+E004)" % (sidecars[0], h.tokenizer_path))
+    parts = []
+    for val_path, sidecar, count in zip(val_paths, sidecars, val_counts):
+        if not os.path.isfile(sidecar):
+            raise DataError("%s has no byte sidecar %s" % (val_path, sidecar))
+        parts.append(load_data_shard(sidecar))
+        if parts[-1].size != count:
+            raise DataError("%s holds %d byte counts, but %s holds %d tokens: one per token expected"
+                            % (sidecar, parts[-1].size, val_path, count))
+    counts, expected = np.concatenate(parts), dataset.get("stats", {}).get("bytes_val")
+    if int(counts.sum(dtype=np.int64)) != expected:  # data/ writes stats.bytes_val when it builds or downloads
+        raise DataError("%s (and the other byte sidecars) total %d bytes, but datasets[0].stats.bytes_val of %s is %s"
+                        % (sidecars[0], counts.sum(dtype=np.int64), manifest_path, expected))
+    return counts
+
 def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:
-    tokens = np.concatenate([load_data_shard(path) for path in list_shards(h.val_files, "validation")])
+    """The val tokens and each target's byte count: from the byte sidecar if there is one, else from the pieces."""
+    paths = list_shards(h.val_files, "validation")
+    shards = [load_data_shard(path) for path in paths]
+    tokens = np.concatenate(shards)
     seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
     usable = ((tokens.size - 1) // seq_len) * seq_len
     if usable <= 0:
@@ -1924,8 +1977,13 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     if too_large >= h.vocab_size:
         raise DataError("validation shards %s hold token id %d >= VOCAB_SIZE=%d"
                         % (h.val_files, too_large, h.vocab_size))
-    tables_cpu = build_byte_tables(sp, h.vocab_size)
-    return ValidationData(tokens[:usable + 1], ByteTables(*(t.to(device) for t in astuple(tables_cpu))), tables_cpu)
+    sidecar = load_byte_sidecar(h, sp, paths, [shard.size for shard in shards])
+    if sidecar is None:
+        ids = torch.from_numpy(tokens[:usable + 1].astype(np.int64))
+        target_bytes = count_target_bytes(ids[:-1], ids[1:], build_byte_tables(sp, h.vocab_size))
+    else:  # entry j + 1 belongs to token j + 1, i.e. to target j
+        target_bytes = torch.from_numpy(sidecar[1:usable + 1].astype(np.int32))
+    return ValidationData(tokens[:usable + 1], target_bytes.to(device, torch.int32))
 
 def bits_per_byte(nll_sum: float, token_count: float, byte_count: float) -> Tuple[float, float]:
     val_loss = nll_sum / token_count
@@ -1947,21 +2005,17 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
     def build(spec):
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
-    sums, host_bytes, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), 0, model.training
+    sums, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), model.training
+    sums[2] = val.target_bytes[first * seq_len:last * seq_len].sum()  # this rank's targets
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
-        for batch, ((x_cpu, y_cpu), (x, y)) in enumerate(feed, 1):
+        for batch, (_, (x, y)) in enumerate(feed, 1):
             with autocast_context(dist_info):
                 sums[0] += loss_sum(x, y)
             sums[1] += y.numel()
-            if h.val_bytecount_device == "cpu":  # the same sums, counted on the host copies
-                host_bytes += int(count_target_bytes(x_cpu, y_cpu, val.tables_cpu).sum())
-            else:
-                sums[2] += count_target_bytes(x, y, val.tables).sum().double()
             if every > 0 and (batch % every == 0 or batch == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
                            % (dist_info.world_size, batch, len(specs), (sums[0] / sums[1]).item(), int(sums[1].item())))
-    sums[2] += host_bytes
     model.train(was_training)
     return reduced_loss_and_bpb(sums, dist_info)
 
@@ -2002,7 +2056,7 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
     return x, y, score_mask
 
-def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_starts: Tensor, window_len: int,
+def score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, window_starts: Tensor, window_len: int,
                   stride: int, sums: Tensor) -> None:
     """Adds this rank's contiguous share of `window_starts` (CPU) to the fp64 [nll, targets, bytes] `sums`, no host
     syncs; batches padded to EVAL_BATCH_SEQS; only scored positions reach the output projection."""
@@ -2012,22 +2066,25 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, tables, window_st
     with torch.inference_mode():
         for begin in range(0, window_starts.numel(), batch_seqs):
             first_position = 0 if bool((window_starts[begin:begin + batch_seqs] == 0).any()) else window_len - stride
-            x, y, score_mask = build_window_batch(tokens, device_starts[begin:begin + batch_seqs], window_len, stride)
+            starts = device_starts[begin:begin + batch_seqs]
+            x, y, score_mask = build_window_batch(tokens, starts, window_len, stride)
             with autocast_context(dist_info):
                 logits = model.logits_from_hidden(hidden_forward(x)[:, first_position:])
-            x, y, score_mask = x[:, first_position:], y[:, first_position:], score_mask[:, first_position:]
+            y, score_mask = y[:, first_position:], score_mask[:, first_position:]
             nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+            positions = starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
             sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
             sums[1] += score_mask.sum()
-            sums[2] += torch.where(score_mask, count_target_bytes(x, y, tables), 0).sum()
+            sums[2] += torch.where(score_mask, target_bytes[positions.clamp_max(num_targets - 1)], 0).sum()
 
-def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables,
+def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, target_bytes,
                         stride: int) -> tuple:
     """Sliding-window (val_loss, val_bpb) over `tokens` (device_tokens), windows split contiguously by rank."""
     starts = sliding_window_starts(tokens.numel() - 1, h.effective_eval_seq_len, stride)
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     model.eval()
-    score_windows(h, dist_info, model, hidden_forward, tokens, tables, starts, h.effective_eval_seq_len, stride, sums)
+    score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, starts, h.effective_eval_seq_len, stride,
+                  sums)
     return reduced_loss_and_bpb(sums, dist_info)
 
 def assign_windows_to_chunks(window_starts: Tensor, window_len: int, stride: int, num_targets: int,
@@ -2083,7 +2140,7 @@ def train_on_chunk(h, dist_info, model: nn.Module, optimizer, trainable: list, f
             optimizer.step()
     model.eval()
 
-def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, tables) -> tuple:
+def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, tokens: Tensor, target_bytes) -> tuple:
     """Legal score-first TTT (SPEC §8): each chunk is scored under inference_mode with the current weights before it
     is trained on (all but the last chunk); windows and sequences are TRAIN_SEQ_LEN long."""
     started = time.perf_counter()
@@ -2100,7 +2157,7 @@ def ttt_eval(h, dist_info, logger, model: nn.Module, hidden_forward: Callable, t
     sums, last_chunk = torch.zeros(3, dtype=torch.float64, device=dist_info.device), len(chunks) - 1
     model.eval()
     for chunk_index, chunk_starts in enumerate(chunks):
-        score_windows(h, dist_info, model, hidden_forward, tokens, tables, chunk_starts, window_len, stride, sums)
+        score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, chunk_starts, window_len, stride, sums)
         if chunk_index < last_chunk:  # chunk k's targets were all scored just above (or in an earlier chunk)
             chunk_begin = chunk_index * h.ttt_chunk_tokens
             for group in optimizer.param_groups:
@@ -2636,6 +2693,16 @@ def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:
         return None, "%s: tokenizer %r has no sha256" % (path, name)
     return sha256, "tokenizer %r of %s" % (name, path)
 
+def dataset_manifest(data_path: str) -> Tuple[str, dict]:
+    """(path, datasets[0]) of DATA_PATH's manifest.json; datasets[0] is {} when there is none to read."""
+    path = os.path.join(data_path, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            dataset = json.load(handle)["datasets"][0]
+    except (OSError, ValueError, LookupError, TypeError):
+        dataset = {}
+    return path, dataset if isinstance(dataset, dict) else {}
+
 def load_tokenizer(h: Hyperparameters, logger):
     """TOKENIZER_PATH's SentencePiece model, checked to be the one that made DATA_PATH's shards."""
     spm = optional_module("sentencepiece")
@@ -2692,11 +2759,12 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
         results[label] = timed_eval(
             dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
-            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.tables, stride))
+            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes,
+                                                 stride))
     if h.ttt_enabled:
         results["legal_ttt"] = timed_eval(
             dist_info, logger, "legal_ttt", exact=True,
-            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.tables))
+            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
     return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
@@ -2708,6 +2776,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
                                                             len(list_shards(h.train_files, "train"))))
     logger.log("val_loader:shards pattern=%s tokens:%d" % (h.val_files, val.num_targets))
+    logger.log("val_bytes:%d" % int(val.target_bytes.sum()))  # every bpb's denominator when all targets count
     kernels = select_kernels(h, dist_info)
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)

@@ -63,10 +63,10 @@ def spaced_windows(starts, max_windows: int):
     return starts[torch.linspace(0, starts.numel() - 1, max_windows).round().long().unique()]
 
 
-def score(tg, h, dist_info, scorer, hidden_forward, tokens, tables, windows, stride) -> tuple:
+def score(tg, h, dist_info, scorer, hidden_forward, tokens, target_bytes, windows, stride) -> tuple:
     sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     with torch.inference_mode():
-        tg.score_windows(h, dist_info, scorer, hidden_forward, tokens, tables, windows, h.effective_eval_seq_len,
+        tg.score_windows(h, dist_info, scorer, hidden_forward, tokens, target_bytes, windows, h.effective_eval_seq_len,
                          stride, sums)
     return tg.bits_per_byte(*sums.tolist())
 
@@ -84,9 +84,9 @@ def measure(tg, h, dist_info, model_path: str, max_windows: int, stride: int) ->
     windows = spaced_windows(starts, max_windows)
     compiled = tg.compile_enabled(h, dist_info)
     hidden_forward = tg.make_hidden_forward(h, dist_info, model)
-    results = {"trainer": score(tg, h, dist_info, model, hidden_forward, tokens, val.tables, windows, stride),
+    results = {"trainer": score(tg, h, dist_info, model, hidden_forward, tokens, val.target_bytes, windows, stride),
                "record": score(tg, h, dist_info, RecordSoftcap(tg, model, compiled), hidden_forward, tokens,
-                               val.tables, windows, stride)}
+                               val.target_bytes, windows, stride)}
     model32 = tg.build_model(h, device).float().eval()  # PyTorch forms (no fused ops); SDPA's math backend below
     model32.load_state_dict(model.state_dict(), strict=True)
     tg.use_kernels(model32, "sdpa")
@@ -95,7 +95,7 @@ def measure(tg, h, dist_info, model_path: str, max_windows: int, stride: int) ->
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
-            results["fp32"] = score(tg, h, dist_info, fp32, fp32.forward_hidden, tokens, val.tables, windows, stride)
+            results["fp32"] = score(tg, h, dist_info, fp32, fp32.forward_hidden, tokens, val.target_bytes, windows, stride)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     return {"scores": results, "windows": windows.numel(), "all_windows": starts.numel(), "kernels": kernels}

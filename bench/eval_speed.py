@@ -40,11 +40,10 @@ def synthetic_validation(ev, h, num_targets, device):
     space = torch.from_numpy(rng.random(h.vocab_size) < 0.3)
     boundary = torch.zeros(h.vocab_size, dtype=torch.bool)
     boundary[:4] = True
-    host_tables = ev.ByteTables(base.masked_fill(boundary, 0), space & ~boundary, boundary)
-    device_tables = ev.ByteTables(*(getattr(host_tables, f.name).to(device) for f in dataclasses.fields(host_tables)))
-    names = {f.name for f in dataclasses.fields(ev.ValidationData)}
-    extra = {"tables_cpu": host_tables} if "tables_cpu" in names else {}
-    return ev.ValidationData(tokens=tokens, tables=device_tables, **extra)
+    tables = ev.ByteTables(base.masked_fill(boundary, 0), space & ~boundary, boundary)
+    ids = torch.from_numpy(tokens.astype(np.int64))
+    target_bytes = ev.count_target_bytes(ids[:-1], ids[1:], tables).to(device, torch.int32)
+    return ev.ValidationData(tokens=tokens, target_bytes=target_bytes)
 
 
 def record_style_sliding(ev, h, dist_info, model, logits_fn, data, stride, batch_seqs, exact_once):
@@ -77,8 +76,7 @@ def record_style_sliding(ev, h, dist_info, model, logits_fn, data, stride, batch
                 first = 0 if ws == 0 else (seq_len - stride if exact_once else max(lengths[row] - stride, 0))
                 sums[0] += nll[row, first:lengths[row]].double().sum()
                 sums[1] += lengths[row] - first
-                sums[2] += ev.count_target_bytes(x[row, first:lengths[row]], y[row, first:lengths[row]],
-                                                 data.tables).double().sum()
+                sums[2] += data.target_bytes[ws + first:ws + lengths[row]].double().sum()
     return ev.bits_per_byte(*sums.tolist())
 
 
@@ -120,7 +118,7 @@ def main():
         hidden_forward = ev.make_hidden_forward(hb, dist_info, model)
         for label in ("cold", "warm"):
             (loss, bpb), seconds = timed(dist_info, lambda: ev.sliding_window_eval(
-                hb, dist_info, model, hidden_forward, tokens, data.tables, 64))
+                hb, dist_info, model, hidden_forward, tokens, data.target_bytes, 64))
             rows.append((f"ours sliding s64 b{batch_seqs}", label, seconds, loss, bpb))
     (tensors, meta), seconds = timed(dist_info, lambda: ev.quantize_state_dict(
         ev.unbank_state_dict(model.state_dict())))
@@ -135,7 +133,7 @@ def main():
                 print(msg, flush=True)
 
         (loss, bpb), seconds = timed(dist_info, lambda: ev.ttt_eval(
-            h, dist_info, PrintLogger(), model, hidden_forward, tokens, data.tables))
+            h, dist_info, PrintLogger(), model, hidden_forward, tokens, data.target_bytes))
         rows.append(("ours legal TTT (3 epochs, 32768-token chunks)", "cold", seconds, loss, bpb))
     print(f"peak_memory_allocated_mib:{torch.cuda.max_memory_allocated() // 2 ** 20}")
     print(f"\n{'method':48} {'call':5} {'seconds':>8} {'targets/s':>12} {'val_loss':>12} {'val_bpb':>12}")

@@ -53,7 +53,7 @@ def make_h(directory: Path, **fields) -> SimpleNamespace:
                     train_seq_len=SEQ_LEN, seed=1337, train_prefetch=True, train_prefetch_queue=2,
                     train_copy_stream=True, train_loader="sequential", train_shuffle_seed="rank",
                     val_prefetch=True, val_prefetch_queue=2,
-                    val_copy_stream=True, val_bytecount_device="cpu")
+                    val_copy_stream=True)
     return SimpleNamespace(**{**defaults, **fields})
 
 

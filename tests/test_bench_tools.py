@@ -170,7 +170,7 @@ def test_eval_dtype_scores_the_trainer_s_sliding_eval_and_all_three_agree_in_fp3
     out = eval_dtype.measure(tg, h, dist_info, str(path), 0, 32)
     val = tg.load_validation_data(h, tg.load_tokenizer(h, eval_dtype.ConsoleLogger()), dist_info.device)
     trainer = tg.sliding_window_eval(h, dist_info, model.eval(), model.forward_hidden,
-                                     tg.device_tokens(val, dist_info.device), val.tables, 32)
+                                     tg.device_tokens(val, dist_info.device), val.target_bytes, 32)
     scores = out["scores"]
     assert out["windows"] == out["all_windows"] > 100 and scores["trainer"] == trainer
     assert scores["record"] == scores["trainer"]  # fp32 logits either way on the CPU

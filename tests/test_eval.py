@@ -74,9 +74,9 @@ def byte_tables(ev, vocab_size, seed=0):
 
 
 def make_validation_data(ev, tokens, tables):
-    """The core's ValidationData; on the CPU its device and host byte tables are the same tensors."""
-    names = {f.name for f in dataclasses.fields(ev.ValidationData)}
-    return ev.ValidationData(tokens=tokens, tables=tables, **({"tables_cpu": tables} if "tables_cpu" in names else {}))
+    """The core's ValidationData, each target's bytes counted from the tables as load_validation_data does."""
+    ids = torch.from_numpy(tokens.astype(np.int64))
+    return ev.ValidationData(tokens=tokens, target_bytes=ev.count_target_bytes(ids[:-1], ids[1:], tables).int())
 
 
 def validation_data(ev, h, num_targets, seed=0):
@@ -104,7 +104,7 @@ def reference_sliding(ev, h, model, data, stride):
             nll = F.cross_entropy(model.forward_logits(x)[0, first:], y[0, first:], reduction="none")
             nll_sum += nll.double().sum().item()
             target_count += nll.numel()
-            byte_count += ev.count_target_bytes(x[0, first:], y[0, first:], data.tables).sum().item()
+            byte_count += data.target_bytes[ws + first:end].sum().item()
     return ev.bits_per_byte(nll_sum, target_count, byte_count)
 
 
@@ -222,7 +222,7 @@ def test_sliding_eval_scores_every_target_once_and_matches_reference(ev, monkeyp
     model, data = random_model(ev, h), validation_data(ev, h, num_targets)
     observer = ScoreObserver(ev, monkeypatch, model)
     tokens = ev.device_tokens(data, CPU)
-    loss, bpb = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.tables, stride)
+    loss, bpb = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.target_bytes, stride)
     assert sorted(observer.scored()) == list(range(num_targets))
     ref_loss, ref_bpb = reference_sliding(ev, h, model, data, stride)
     assert loss == pytest.approx(ref_loss, rel=1e-6) and bpb == pytest.approx(ref_bpb, rel=1e-6)
@@ -232,7 +232,7 @@ def test_sliding_eval_with_stride_equal_window_is_the_plain_eval(ev):
     h = tiny_h(ev)
     model, data = random_model(ev, h), validation_data(ev, h, 32 * 10)
     tokens = ev.device_tokens(data, CPU)
-    sliding = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.tables, 32)
+    sliding = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.target_bytes, 32)
     plain = ev.plain_eval(h, dist_info(ev), ListLogger(), model, data)  # periodic: the training forward's batch mean
     assert sliding == pytest.approx(plain, rel=1e-6)
     long_h = tiny_h(ev, eval_seq_len=64)  # the plain eval keeps TRAIN_SEQ_LEN whatever the eval length
@@ -250,7 +250,7 @@ def test_sliding_eval_is_gradient_free_and_leaves_weights_unchanged(ev):
         modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
         return model.forward_hidden(ids)
 
-    ev.sliding_window_eval(h, dist_info(ev), model, hidden_forward, ev.device_tokens(data, CPU), data.tables, 8)
+    ev.sliding_window_eval(h, dist_info(ev), model, hidden_forward, ev.device_tokens(data, CPU), data.target_bytes, 8)
     assert modes and all(mode == (True, False) for mode in modes)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
@@ -261,7 +261,7 @@ def test_sliding_eval_is_gradient_free_and_leaves_weights_unchanged(ev):
 def run_ttt(ev, h, model, data, hidden_forward=None):
     logger = ListLogger()
     result = ev.ttt_eval(h, dist_info(ev), logger, model, hidden_forward or model.forward_hidden,
-                         ev.device_tokens(data, CPU), data.tables)
+                         ev.device_tokens(data, CPU), data.target_bytes)
     return result, logger
 
 
@@ -340,7 +340,7 @@ def test_ttt_scores_do_not_depend_on_later_tokens(ev, monkeypatch):
         model.load_state_dict(model_state)
         with monkeypatch.context() as patches:
             observer = ScoreObserver(ev, patches, model)
-            run_ttt(ev, h, model, make_validation_data(ev, tokens, data.tables))
+            run_ttt(ev, h, model, make_validation_data(ev, tokens, byte_tables(ev, h.vocab_size)))
         results.append(observer.nll_by_target())
     assert all(results[0][j] == results[1][j] for j in range(cut))
     assert any(results[0][j] != results[1][j] for j in range(cut, num_targets))
@@ -348,7 +348,7 @@ def test_ttt_scores_do_not_depend_on_later_tokens(ev, monkeypatch):
     plain_model.load_state_dict(model_state)
     observer = ScoreObserver(ev, monkeypatch, plain_model)
     ev.sliding_window_eval(h, dist_info(ev), plain_model.eval(), plain_model.forward_hidden,
-                           ev.device_tokens(data, CPU), data.tables, h.eval_stride)
+                           ev.device_tokens(data, CPU), data.target_bytes, h.eval_stride)
     plain = observer.nll_by_target()
     chunk = h.ttt_chunk_tokens
     assert all(plain[j] == pytest.approx(results[0][j], abs=1e-5) for j in range(chunk))  # chunk 0: no TTT yet
@@ -664,10 +664,10 @@ def test_compiled_scoring_does_not_recompile_and_sees_ttt_updates(ev, monkeypatc
     hidden_forward = ev.make_hidden_forward(h, dist_info(ev), model)
     tokens = ev.device_tokens(data, CPU)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        ev.sliding_window_eval(h, dist_info(ev), model, hidden_forward, tokens, data.tables, 8)
-        compiled = ev.ttt_eval(h, dist_info(ev), ListLogger(), model, hidden_forward, tokens, data.tables)
+        ev.sliding_window_eval(h, dist_info(ev), model, hidden_forward, tokens, data.target_bytes, 8)
+        compiled = ev.ttt_eval(h, dist_info(ev), ListLogger(), model, hidden_forward, tokens, data.target_bytes)
     model.load_state_dict(state)
-    eager = ev.ttt_eval(h, dist_info(ev), ListLogger(), model, model.forward_hidden, tokens, data.tables)
+    eager = ev.ttt_eval(h, dist_info(ev), ListLogger(), model, model.forward_hidden, tokens, data.target_bytes)
     assert compile_calls == [{"dynamic": False, "fullgraph": True}]
     assert compiled == pytest.approx(eager, rel=1e-5)
 

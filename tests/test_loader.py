@@ -74,7 +74,7 @@ def make_h(directory, **overrides):
     fields = dict(train_files=str(directory / "fineweb_train_*.bin"), train_batch_tokens=BATCH_TOKENS,
                   train_seq_len=SEQ_LEN, seed=1337, train_prefetch=True, train_prefetch_queue=2,
                   train_copy_stream=True, train_loader="sequential", train_shuffle_seed="rank", val_prefetch=True,
-                  val_prefetch_queue=2, val_copy_stream=True, val_bytecount_device="cpu")
+                  val_prefetch_queue=2, val_copy_stream=True)
     fields.update(overrides)
     return SimpleNamespace(**fields)
 
@@ -179,12 +179,12 @@ def test_missing_train_shards_name_the_pattern(loader_mod, tmp_path):
 
 def test_loader_config_errors(loader_mod):
     loader_mod.Hyperparameters().validate()
-    bad = loader_mod.Hyperparameters(train_prefetch_queue=0, val_prefetch_queue=-1, val_bytecount_device="gpu")
+    bad = loader_mod.Hyperparameters(train_prefetch_queue=0, val_prefetch_queue=-1)
     with pytest.raises(loader_mod.ConfigError) as caught:
         bad.validate()
     errors = caught.value.errors
-    assert len(errors) == 3
-    for name in ("TRAIN_PREFETCH_QUEUE=0", "VAL_PREFETCH_QUEUE=-1", "VAL_BYTECOUNT_DEVICE='gpu'"):
+    assert len(errors) == 2
+    for name in ("TRAIN_PREFETCH_QUEUE=0", "VAL_PREFETCH_QUEUE=-1"):
         assert any(name in error for error in errors), name
 
 

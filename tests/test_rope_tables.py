@@ -1,0 +1,42 @@
+"""Issue 35: one RoPE table per model and length, made once by eager code and read by every path. A table built
+inside a compiled graph gets the backend's roundings (CPU inductor keeps bf16 positions but drops theta's bf16
+cast; CUDA keeps theta's and drops the positions', bench/NOTES.md "RoPE tables"), so a compiled scoring forward
+and the eager TTT-training / GPTQ-calibration forwards would otherwise see different positional encodings."""
+import pytest
+import torch
+
+from tgpt_util import TINY_0409_ENV, TINY_MODEL_ENV, tgpt  # noqa: F401  (fixture)
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("env", [TINY_MODEL_ENV, TINY_0409_ENV], ids=["2026-03-23", "2026-04-09"])
+def test_compiled_and_eager_forwards_use_the_same_table(tgpt, env, monkeypatch):
+    h = tgpt.Hyperparameters.from_env(dict(env, TRAIN_SEQ_LEN="128", EVAL_SEQ_LEN="128"))
+    model = tgpt.build_model(h, CPU).eval()
+    with torch.no_grad():  # non-zero output projections, so attention (and RoPE) reaches the hidden states
+        model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
+        model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
+    assert list(model.rope_cache) == [(128, torch.float32, CPU)]  # made by build_model
+    made = []
+    real = tgpt.rotary_tables
+    monkeypatch.setattr(tgpt, "rotary_tables", lambda *args: made.append(args) or real(*args))
+    ids = torch.randint(0, h.vocab_size, (2, 128), generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
+    with torch.no_grad():
+        scored = compiled(ids)  # TTT scoring and the sliding/round-trip evals
+        trained = model.forward_hidden(ids)  # TTT training (GPT.forward) and the plain eager evals
+        calibrated = model.forward_hidden(ids, tgpt.HessianCollector())  # GPTQ calibration
+    assert made == []  # no path built a table of its own, compiled or not
+    assert (scored - trained).abs().max().item() < 1e-4
+    assert torch.equal(trained, calibrated)
+
+
+def test_a_compiled_forward_of_an_unprepared_length_is_refused(tgpt):
+    h = tgpt.Hyperparameters.from_env(dict(TINY_MODEL_ENV))
+    model = tgpt.build_model(h, CPU)
+    compiled = torch.compile(model.forward_hidden, dynamic=False, fullgraph=True)
+    with pytest.raises(Exception, match="no RoPE table of length 32 was made before compiling"):
+        compiled(torch.zeros(1, 32, dtype=torch.int64))
+    model.forward_hidden(torch.zeros(1, 32, dtype=torch.int64))  # eager code makes it on first use
+    assert (32, torch.float32, CPU) in model.rope_cache
