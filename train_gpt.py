@@ -1935,7 +1935,7 @@ def load_byte_sidecar(h: Hyperparameters, sp, val_paths: List[str], val_counts: 
                             % (sidecar, parts[-1].size, val_path, count))
     counts, expected = np.concatenate(parts), dataset.get("stats", {}).get("bytes_val")
     if int(counts.sum(dtype=np.int64)) != expected:  # data/ writes stats.bytes_val when it builds or downloads
-        raise DataError("%s (and the other byte sidecars) total %d bytes, but %s says stats.bytes_val %s"
+        raise DataError("%s (and the other byte sidecars) total %d bytes, but datasets[0].stats.bytes_val of %s is %s"
                         % (sidecars[0], counts.sum(dtype=np.int64), manifest_path, expected))
     return counts
 

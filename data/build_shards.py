@@ -5,13 +5,16 @@
   tools/py data/build_shards.py                # bundled Wikipedia sample -> trainer's default paths
   tools/py data/build_shards.py my.jsonl.xz more.txt.gz --val-docs 1000 --out-dir data/datasets/mine_sp1024
   tools/py data/build_shards.py corpus.jsonl --tokenizer data/tokenizers/fineweb_1024_bpe.model
+  tools/py data/build_shards.py --caseops --vocab-size 8192   # sample -> the 2026-04-27 recipe's CaseOps paths
 
 Validation is the first --val-docs documents (inputs read in the order given), the rest is train.
 Every document is written as [BOS] + its tokens, no EOS. The same inputs and tokenizer give
 byte-identical shards for any --workers. The dataset's manifest.json records its tokenizer's sha256; a
 trained tokenizer goes beside its dataset's name (data/tokenizers/<out-dir name>.model, or the challenge's
 fineweb_<V>_bpe.model for the default dir), and replacing another dataset's tokenizer file or shards needs
---overwrite. See data/README.md.
+--overwrite. With --caseops the text goes through the lossless case transform first (data/caseops.py,
+SPEC_0427 §2), a trained tokenizer gets its four operators as pieces, and the val shards get their byte
+sidecars fineweb_val_bytes_*.bin (docs/caseops.md).
 """
 
 import argparse
@@ -38,11 +41,21 @@ if __name__ == "__main__":
 
 import numpy as np
 
+from data import caseops
 from data.corpus import TEXT_UNITS, CorpusError, CorpusReader, record_text
 from data.encoding import encode_batches
 from data.fileio import atomic_write_bytes, sha256_file
 from data.manifest import MANIFEST_NAME, datasets_using_tokenizer, expected_tokenizer_sha256
-from data.shards import MAX_TOKENS, MAX_VOCAB_SIZE, ShardFormatError, list_shards, shard_name, write_shard
+from data.shards import (
+    MAX_TOKENS,
+    MAX_VOCAB_SIZE,
+    ShardFormatError,
+    list_shards,
+    list_sidecars,
+    shard_name,
+    sidecar_name,
+    write_shard,
+)
 from data.sp_tokenizer import (
     TokenizerError,
     load_tokenizer,
@@ -73,20 +86,24 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def default_out_dir(vocab_size: int) -> Path:
-    return DATA_DIR / "datasets" / f"fineweb10B_sp{vocab_size}"
+CASEOPS_SUFFIX = "_lossless_caps_caseops_v1_reserved"  # the 2026-04-27 record's names (SPEC_0427 §1)
 
 
-def default_tokenizer_path(vocab_size: int) -> Path:
-    return DATA_DIR / "tokenizers" / f"fineweb_{vocab_size}_bpe.model"
+def default_out_dir(vocab_size: int, caseops_on: bool = False) -> Path:
+    return DATA_DIR / "datasets" / f"fineweb10B_sp{vocab_size}{CASEOPS_SUFFIX if caseops_on else ''}"
 
 
-def tokenizer_path_for(out_dir: Path, vocab_size: int) -> Path:
+def default_tokenizer_path(vocab_size: int, caseops_on: bool = False) -> Path:
+    return DATA_DIR / "tokenizers" / f"fineweb_{vocab_size}_bpe{CASEOPS_SUFFIX if caseops_on else ''}.model"
+
+
+def tokenizer_path_for(out_dir: Path, vocab_size: int, caseops_on: bool = False) -> Path:
     """Where a trained tokenizer goes by default: the challenge's name for the challenge's dataset dir
-    (fineweb10B_sp<V> -> fineweb_<V>_bpe.model, the trainer's default pair), else data/tokenizers/<dataset
-    name>.model, so a build into its own --out-dir never replaces the tokenizer of another dataset."""
-    if Path(out_dir).resolve() == default_out_dir(vocab_size).resolve():
-        return default_tokenizer_path(vocab_size)
+    (fineweb10B_sp<V> -> fineweb_<V>_bpe.model, the trainer's default pair; with CaseOps the 2026-04-27
+    record's pair), else data/tokenizers/<dataset name>.model, so a build into its own --out-dir never
+    replaces the tokenizer of another dataset."""
+    if Path(out_dir).resolve() == default_out_dir(vocab_size, caseops_on).resolve():
+        return default_tokenizer_path(vocab_size, caseops_on)
     return DATA_DIR / "tokenizers" / f"{Path(out_dir).resolve().name}.model"
 
 
@@ -105,6 +122,7 @@ class BuildConfig:
     tokenizer_train_docs: int | None = None  # None: train on every document
     progress: bool = False
     overwrite: bool = False  # replace a tokenizer file or shards that belong to another dataset
+    caseops: bool = False  # lossless case transform before tokenizing, and val byte sidecars (SPEC_0427 §2)
 
     def validate(self) -> None:
         problems = []
@@ -137,24 +155,31 @@ class Tokenizer:
 
 class ShardWriter:
     """Packs token arrays into fixed-size shards. A shard is flushed when full, when the split changes
-    (val -> train) and at the end; documents may straddle two shards of the same split."""
+    (val -> train) and at the end; documents may straddle two shards of the same split. With val_sidecar,
+    each val shard is written with its byte sidecar (same length, same boundaries)."""
 
-    def __init__(self, directory: Path, shard_size: int, vocab_size: int):
+    def __init__(self, directory: Path, shard_size: int, vocab_size: int, val_sidecar: bool = False):
         self.directory = Path(directory)
         self.vocab_size = vocab_size
         self.buffer = np.empty(shard_size, dtype=np.uint16)  # pages are only touched as they fill
+        self.sidecar = np.empty(shard_size, dtype=np.uint16) if val_sidecar else None
         self.fill = 0
         self.split = None
         self.files = []  # (split, name, token count), in write order
+        self.sidecar_files = []  # (name, entry count, byte total), in write order
 
-    def add(self, split: str, tokens: np.ndarray) -> None:
+    def add(self, split: str, tokens: np.ndarray, sidecar: np.ndarray | None = None) -> None:
         if split != self.split:
             self.flush()
             self.split = split
+        if (sidecar is not None) != (self.sidecar is not None and split == "val"):
+            raise BuildError(f"a {split} batch came {'with' if sidecar is not None else 'without'} a byte sidecar")
         offset = 0
         while offset < tokens.size:
             take = min(self.buffer.size - self.fill, tokens.size - offset)
             self.buffer[self.fill : self.fill + take] = tokens[offset : offset + take]
+            if sidecar is not None:
+                self.sidecar[self.fill : self.fill + take] = sidecar[offset : offset + take]
             self.fill += take
             offset += take
             if self.fill == self.buffer.size:
@@ -167,6 +192,10 @@ class ShardWriter:
         name = shard_name(self.split, index)
         write_shard(self.directory / name, self.buffer[: self.fill], self.vocab_size)
         self.files.append((self.split, name, self.fill))
+        if self.sidecar is not None and self.split == "val":
+            counts = self.sidecar[: self.fill]
+            write_shard(self.directory / sidecar_name(index), counts)  # byte counts, not ids: no vocab check
+            self.sidecar_files.append((sidecar_name(index), self.fill, int(counts.sum(dtype=np.int64))))
         self.fill = 0
 
 
@@ -195,6 +224,12 @@ def prepare_tokenizer(config: BuildConfig, log) -> Tokenizer:
     it is written to `tokenizer_out` only when the whole build succeeds)."""
     if config.tokenizer is not None:
         processor, model_bytes = load_tokenizer(config.tokenizer, config.vocab_size)
+        is_caseops = caseops.is_caseops_tokenizer(processor)
+        if is_caseops and not config.caseops:
+            raise BuildError(f"{config.tokenizer} is a CaseOps tokenizer (pieces U+E001-U+E004): add --caseops")
+        if config.caseops and not is_caseops:
+            raise BuildError(f"--caseops needs a CaseOps tokenizer, and {config.tokenizer} lacks the operator pieces "
+                             "U+E001-U+E004; leave out --tokenizer to train one")
         differences = settings_differences(model_settings(model_bytes), config.vocab_size)
         if differences:
             log(f"warning: {config.tokenizer} differs from the SPEC tokenizer settings: {', '.join(differences)}")
@@ -208,16 +243,18 @@ def prepare_tokenizer(config: BuildConfig, log) -> Tokenizer:
         try:
             for record in documents:
                 seen[0] += 1
-                yield record_text(record, config.text_field)
+                text = record_text(record, config.text_field)
+                yield caseops.encode(text) if config.caseops else text
         except CorpusError as error:  # SentencePiece would re-raise it as an opaque RuntimeError
             failures.append(error)
             raise
 
     scope = "all" if config.tokenizer_train_docs is None else f"the first {config.tokenizer_train_docs}"
-    log(f"training SentencePiece BPE (vocab {config.vocab_size}) on {scope} documents")
+    how = " (CaseOps text, its operators as pieces)" if config.caseops else ""
+    log(f"training SentencePiece BPE (vocab {config.vocab_size}) on {scope} documents{how}")
     label = str(config.tokenizer_out)
     try:
-        model_bytes = train_tokenizer(texts(), config.vocab_size, label)
+        model_bytes = train_tokenizer(texts(), config.vocab_size, label, caseops.CONTROLS if config.caseops else "")
     except TokenizerError:
         if failures:
             raise failures[0] from None
@@ -258,14 +295,15 @@ def encode_to_shards(config: BuildConfig, tokenizer: Tokenizer, staging: Path):
     """Stream every document through the encoders into shards under `staging`.
     Returns (writer, doc_counts, sources)."""
     reader = CorpusReader(config.inputs, config.text_unit)
-    writer = ShardWriter(staging, config.shard_size, config.vocab_size)
+    writer = ShardWriter(staging, config.shard_size, config.vocab_size, config.caseops)
     doc_counts = {"val": 0, "train": 0}
     batches = document_batches(reader, config.val_docs, doc_counts)
     bar = _progress_bar(config.progress, reader.total_bytes)
     try:
-        encoded = encode_batches(batches, tokenizer.model_bytes, config.vocab_size, config.workers, config.text_field)
-        for split, tokens in encoded:
-            writer.add(split, tokens)
+        encoded = encode_batches(batches, tokenizer.model_bytes, config.vocab_size, config.workers, config.text_field,
+                                 config.caseops)
+        for split, tokens, sidecar in encoded:
+            writer.add(split, tokens, sidecar)
             if bar is not None:
                 bar.update(reader.bytes_read - bar.n)
         writer.flush()
@@ -298,6 +336,15 @@ def make_manifest(config: BuildConfig, tokenizer: Tokenizer, writer: ShardWriter
             "sha256": sha256_file(config.out_dir / name),
         }
         for split, name, count in writer.files
+    ] + [
+        {
+            "name": name,
+            "split": "val_bytes",
+            "tokens": count,
+            "bytes": (config.out_dir / name).stat().st_size,
+            "sha256": sha256_file(config.out_dir / name),
+        }
+        for name, count, _ in writer.sidecar_files
     ]
     tokenizer_name = tokenizer.path.stem
     vocab_path = tokenizer.path.with_suffix(".vocab")
@@ -325,6 +372,8 @@ def make_manifest(config: BuildConfig, tokenizer: Tokenizer, writer: ShardWriter
         "tokens_val": tokens["val"],
         "tokens_train": tokens["train"],
     }
+    if config.caseops:  # the trainer checks the sidecars against this total
+        stats["bytes_val"] = sum(total for _, _, total in writer.sidecar_files)
     dataset_entry = {
         "name": Path(config.out_dir).name,
         "tokenizer_name": tokenizer_name,
@@ -338,6 +387,8 @@ def make_manifest(config: BuildConfig, tokenizer: Tokenizer, writer: ShardWriter
         "shards": shards,
         "sources": [vars(source) for source in sources],
     }
+    if config.caseops:
+        dataset_entry["text_transform"] = caseops.TRANSFORM_NAME
     return {
         "format_version": MANIFEST_FORMAT_VERSION,
         "created_by": "data/build_shards.py",
@@ -401,10 +452,9 @@ def check_replacements(config: BuildConfig, tokenizer: Tokenizer, log) -> None:
 def publish(staging: Path, out_dir: Path, writer: ShardWriter) -> None:
     """Replace the output dir's shards with the staged ones; the manifest is written after this."""
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    for split in ("val", "train"):
-        for stale in list_shards(out_dir, split):
-            stale.unlink()
-    for _, name, _ in writer.files:
+    for stale in _shards_in(out_dir) + list_sidecars(out_dir):
+        stale.unlink()
+    for name in [name for _, name, _ in writer.files] + [name for name, _, _ in writer.sidecar_files]:
         os.replace(staging / name, out_dir / name)
 
 
@@ -451,6 +501,9 @@ def summary_lines(config: BuildConfig, manifest: dict, seconds: float) -> list:
             f"  {split:<5}      {stats['docs_' + split]:,} docs, {stats['tokens_' + split]:,} tokens, "
             f"{stats['files_' + split]} shard(s)"
         )
+    if "bytes_val" in stats:
+        lines.append(f"  caseops    {stats['files_val']} val byte sidecar(s): {stats['bytes_val']:,} bytes, the val "
+                     "documents' UTF-8 bytes (manifest stats.bytes_val)")
     lines += [
         f"  output     {out_dir} (manifest.json: the dataset and its tokenizer's sha256)",
         f"  train with DATA_PATH={out_dir} TOKENIZER_PATH={model_path} VOCAB_SIZE={config.vocab_size}",
@@ -505,6 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer-train-docs", type=int, default=None,
         help="train the tokenizer on only the first N documents (default: all)",
     )
+    parser.add_argument(
+        "--caseops", action="store_true",
+        help="lossless case transform before tokenizing (SPEC_0427 §2), val byte sidecars; default paths "
+        "data/datasets/fineweb10B_sp<V>_lossless_caps_caseops_v1_reserved and its tokenizer",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--overwrite", action="store_true",
@@ -522,11 +580,11 @@ def config_from_args(args) -> BuildConfig:
         val_docs = args.val_docs
     else:
         val_docs = SAMPLE_VAL_DOCS if use_sample else DEFAULT_VAL_DOCS
-    out_dir = args.out_dir or default_out_dir(args.vocab_size)
+    out_dir = args.out_dir or default_out_dir(args.vocab_size, args.caseops)
     return BuildConfig(
         inputs=inputs,
         out_dir=out_dir,
-        tokenizer_out=args.tokenizer_out or tokenizer_path_for(out_dir, args.vocab_size),
+        tokenizer_out=args.tokenizer_out or tokenizer_path_for(out_dir, args.vocab_size, args.caseops),
         tokenizer=args.tokenizer,
         vocab_size=args.vocab_size,
         val_docs=val_docs,
@@ -537,6 +595,7 @@ def config_from_args(args) -> BuildConfig:
         tokenizer_train_docs=args.tokenizer_train_docs,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        caseops=args.caseops,
     )
 
 

@@ -5,6 +5,8 @@
   MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf \
       tools/py data/cached_challenge_fineweb.py --variant sp8192 --train-shards 128   # 2026-04-09 record
   tools/py data/cached_challenge_fineweb.py 10            # positional count overrides --train-shards
+  MATCHED_FINEWEB_REPO_ID=romeerp/parameter-golf-caseops-v1 tools/py data/cached_challenge_fineweb.py \
+      --variant sp8192_lossless_caps_caseops_v1_reserved --train-shards 80             # 2026-04-27 record
 
 Source: dataset repo MATCHED_FINEWEB_REPO_ID (default willdepueoai/parameter-golf), under the remote
 root MATCHED_FINEWEB_REMOTE_ROOT_PREFIX (default `datasets`); HF_ENDPOINT picks another hub or mirror.
@@ -26,6 +28,11 @@ next to its destination, verified, and renamed into place, so a destination file
 Shards are verified by header and size, and by token count (and sha256) when the manifest has per-shard
 entries; a file already present is skipped only if it passes the same checks. Re-running the command
 after an interruption downloads only what is missing or invalid.
+
+A CaseOps variant (sp<V>_lossless_caps_caseops_v1_reserved, SPEC_0427 §2) also fetches each val shard's byte
+sidecar fineweb_val_bytes_NNNNNN.bin (checked to have one entry per token of its shard), checks that the
+tokenizer has the CaseOps operators as pieces, and records text_transform and the sidecars' byte total
+(stats.bytes_val) in the dataset manifest, which the trainer checks at start-up.
 """
 
 import argparse
@@ -50,9 +57,21 @@ if __name__ == "__main__":
         "cached_challenge_fineweb", "data/cached_challenge_fineweb.py", ("huggingface_hub", "numpy", "sentencepiece")
     )
 
+import numpy as np
+
+from data import caseops
 from data.fileio import atomic_write_bytes, sha256_file, stale_temporaries, temporary_path_for
 from data.manifest import MANIFEST_NAME, datasets_using_tokenizer, expected_tokenizer_sha256
-from data.shards import ShardFormatError, list_shards, shard_name, verify_shard
+from data.shards import (
+    ShardFormatError,
+    list_shards,
+    list_sidecars,
+    read_header,
+    read_shard,
+    shard_name,
+    sidecar_name,
+    verify_shard,
+)
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
 DEFAULT_REMOTE_ROOT = "datasets"
@@ -64,10 +83,12 @@ MANIFEST_SOURCE_NAME = "manifest.source.json"  # beside data/manifest.json: the 
 DOWNLOADER_NAME = "data/cached_challenge_fineweb.py"
 BUILDER_NAME = "data/build_shards.py"
 DATASET_MANIFEST_FORMAT_VERSION = 1
-# Variants whose records' data is not in the default repo (SPEC_0409 §2).
-KNOWN_VARIANT_REPOS = {"sp8192": "kevclark/parameter-golf"}
+CASEOPS_SUFFIX = "_lossless_caps_caseops_v1_reserved"
+# Variants whose records' data is not in the default repo (SPEC_0409 §2, SPEC_0427 §2).
+KNOWN_VARIANT_REPOS = {"sp8192": "kevclark/parameter-golf",
+                       "sp8192" + CASEOPS_SUFFIX: "romeerp/parameter-golf-caseops-v1"}
 DOCS_FILES = ("docs_selected.jsonl", "docs_selected.source_manifest.json")
-VARIANT_PATTERN = re.compile(r"sp\d+|byte260")
+VARIANT_PATTERN = re.compile(r"sp(\d+)(?:%s)?|byte260" % CASEOPS_SUFFIX)
 TOKENIZER_ARTIFACT_KEYS = ("model_path", "vocab_path", "path")
 OFFLINE_HINT = (
     "Check the internet connection or proxy (HTTPS_PROXY), or set HF_ENDPOINT to a reachable hub mirror, "
@@ -121,7 +142,7 @@ class PlannedFile:
     """One file to fetch: its path under the remote root, and what to verify it against."""
 
     relative: str
-    kind: str  # "shard", "tokenizer_model" or "file"
+    kind: str  # "shard", "sidecar" (a CaseOps val byte sidecar), "tokenizer_model" or "file"
     expected_tokens: int | None = None
     expected_bytes: int | None = None
     expected_sha256: str | None = None
@@ -215,7 +236,8 @@ def local_path(data_dir: Path, relative: str) -> Path:
 
 def parse_variant(variant: str) -> str:
     if not VARIANT_PATTERN.fullmatch(variant):
-        raise DownloadError(f"unknown variant {variant!r}: expected sp<digits> (e.g. sp1024) or byte260")
+        raise DownloadError(f"unknown variant {variant!r}: expected sp<digits> (e.g. sp1024), "
+                            f"sp<digits>{CASEOPS_SUFFIX} or byte260")
     return f"fineweb10B_{variant}"
 
 
@@ -299,13 +321,15 @@ def plan_downloads(entry: dict, tokenizer: dict, manifest_path: Path, train_shar
 
     expectations = _shard_expectations(entry, files_val)
     names = [shard_name("val", i) for i in range(files_val)] + [shard_name("train", i) for i in range(train_shards)]
+    if dataset_name.endswith(CASEOPS_SUFFIX):
+        names[files_val:files_val] = [sidecar_name(i) for i in range(files_val)]
     plan = []
     for name in names:
         expected = expectations.get(name, {})
         plan.append(
             PlannedFile(
                 f"datasets/{dataset_name}/{name}",
-                "shard",
+                "sidecar" if name.startswith("fineweb_val_bytes_") else "shard",
                 expected.get("tokens"),
                 expected.get("bytes"),
                 expected.get("sha256"),
@@ -322,7 +346,7 @@ def plan_downloads(entry: dict, tokenizer: dict, manifest_path: Path, train_shar
 
 
 def variant_vocab_size(variant: str) -> int:
-    return 260 if variant == "byte260" else int(variant[2:])
+    return 260 if variant == "byte260" else int(VARIANT_PATTERN.fullmatch(variant).group(1))
 
 
 def verify_file(path: Path, planned: PlannedFile, variant: str, label: str, thorough: bool):
@@ -333,8 +357,8 @@ def verify_file(path: Path, planned: PlannedFile, variant: str, label: str, thor
     Files already present get the cheap checks only, so re-runs over many GB stay fast.
     """
     tokens = None
-    if planned.kind == "shard":
-        vocab_size = variant_vocab_size(variant) if thorough else None
+    if planned.kind in ("shard", "sidecar"):
+        vocab_size = variant_vocab_size(variant) if thorough and planned.kind == "shard" else None
         try:
             tokens = verify_shard(path, planned.expected_tokens, vocab_size, label=label).num_tokens
         except ShardFormatError as error:
@@ -360,6 +384,8 @@ def _verify_tokenizer_model(path: Path, variant: str, label: str) -> None:
         raise VerificationError(
             f"{label}: vocab size {processor.vocab_size()}, expected {variant_vocab_size(variant)} for {variant}"
         )
+    if variant.endswith(CASEOPS_SUFFIX) and not caseops.is_caseops_tokenizer(processor):
+        raise VerificationError(f"{label}: not a CaseOps tokenizer (no pieces U+E001-U+E004), as {variant} needs")
 
 
 def place_verified(cached: Path, destination: Path, planned: PlannedFile, variant: str, label: str):
@@ -446,7 +472,7 @@ class Downloader:
         )
 
     def remove_sample_build(self, dataset_dir: Path) -> None:
-        shards = list_shards(dataset_dir, "val") + list_shards(dataset_dir, "train")
+        shards = list_shards(dataset_dir, "val") + list_shards(dataset_dir, "train") + list_sidecars(dataset_dir)
         self.log(f"replacing the bundled-sample build in {dataset_dir} ({len(shards)} shards; "
                  "rebuild it elsewhere with: tools/py data/build_shards.py --out-dir DIR)")
         (dataset_dir / MANIFEST_NAME).unlink()
@@ -546,11 +572,28 @@ def _is_bundled_sample_build(local: dict) -> bool:
     )
 
 
+def check_sidecars(dataset_dir: Path, files_val: int) -> int:
+    """Each CaseOps byte sidecar has one entry per token of its val shard; returns their byte total."""
+    total = 0
+    for index in range(files_val):
+        shard, sidecar = dataset_dir / shard_name("val", index), dataset_dir / sidecar_name(index)
+        tokens, entries = read_header(shard).num_tokens, read_header(sidecar).num_tokens
+        if tokens != entries:
+            raise DownloadError(f"{sidecar} has {entries} byte counts but {shard} has {tokens} tokens; delete "
+                                "both and re-run")
+        total += int(read_shard(sidecar).sum(dtype=np.int64))
+    return total
+
+
 def write_dataset_manifest(data_dir: Path, dataset_dir: Path, entry: dict, tokenizer: dict, variant: str,
                            source: HubSource) -> Path:
     """The dataset's own manifest.json (the contract of data/manifest.py, as build_shards.py writes one): the
     challenge manifest's entries for this dataset and its tokenizer, with the sha256 of the downloaded .model
-    (the challenge's manifest may not carry one) and the vocab size, plus where they came from."""
+    (the challenge's manifest may not carry one) and the vocab size, plus where they came from. A CaseOps
+    dataset also gets text_transform and stats.bytes_val, the byte total of its sidecars."""
+    if variant.endswith(CASEOPS_SUFFIX):
+        stats = dict(entry.get("stats") or {}, bytes_val=check_sidecars(dataset_dir, entry["stats"]["files_val"]))
+        entry = dict(entry, stats=stats, text_transform=caseops.TRANSFORM_NAME)
     tokenizer = dict(tokenizer, vocab_size=variant_vocab_size(variant))
     model_path = tokenizer.get("model_path")
     if isinstance(model_path, str) and model_path.endswith(".model"):
@@ -677,7 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"number of train shards, 100M tokens each (default {DEFAULT_TRAIN_SHARDS})",
     )
     parser.add_argument(
-        "--variant", default=DEFAULT_VARIANT, help="tokenizer variant: sp<digits> or byte260 (default sp1024)",
+        "--variant", default=DEFAULT_VARIANT,
+        help=f"tokenizer variant: sp<digits>, sp<digits>{CASEOPS_SUFFIX} or byte260 (default sp1024)",
     )
     parser.add_argument(
         "--skip-manifest", action="store_true", help="do not fetch manifest.json; use the local data/manifest.json",

@@ -2,7 +2,9 @@
 
 A shard is 256 little-endian int32 header words [magic 20240520, version 1, token count N, zeros...]
 followed by N little-endian uint16 token ids, so its size is exactly 1024 + 2*N bytes. Files are named
-`fineweb_{train,val}_%06d.bin` and a split is read as the sorted glob of its names.
+`fineweb_{train,val}_%06d.bin` and a split is read as the sorted glob of its names. A CaseOps dataset's byte
+sidecar `fineweb_val_bytes_%06d.bin` (SPEC_0427 §2) has the same format, one uint16 per token of the val shard
+of the same number: the original text's UTF-8 bytes that token covers.
 
 Every reader here validates the magic, the version, the count and the file size against the count, and
 raises ShardFormatError with the file name in the message. The header's padding words are written as
@@ -52,7 +54,16 @@ def shard_name(split: str, index: int) -> str:
 def list_shards(directory: Path, split: str) -> list:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return sorted(Path(directory).glob(f"fineweb_{split}_*.bin"))
+    return sorted(Path(directory).glob(f"fineweb_{split}_[0-9]*.bin"))  # not the fineweb_val_bytes_ sidecars
+
+
+def sidecar_name(index: int) -> str:
+    """The byte sidecar of val shard `index`."""
+    return f"fineweb_val_bytes_{index:06d}.bin"
+
+
+def list_sidecars(directory: Path) -> list:
+    return sorted(Path(directory).glob("fineweb_val_bytes_*.bin"))
 
 
 def expected_file_bytes(num_tokens: int) -> int:

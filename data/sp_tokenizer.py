@@ -71,12 +71,14 @@ def training_text(text: str):
     return cleaned or None
 
 
-def train_tokenizer(texts, vocab_size: int, label: str = "tokenizer") -> bytes:
-    """Train a BPE model on an iterable of document texts; returns the serialized .model."""
+def train_tokenizer(texts, vocab_size: int, label: str = "tokenizer", user_defined_symbols: str = "") -> bytes:
+    """Train a BPE model on an iterable of document texts; returns the serialized .model. Each character of
+    `user_defined_symbols` becomes a piece of its own, ids 4, 5, ... (CaseOps' operators, SPEC_0427 §2)."""
     import sentencepiece as spm
 
     sentences = (cleaned for cleaned in map(training_text, texts) if cleaned is not None)
     model = io.BytesIO()
+    extra = {"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=sentences,
@@ -84,6 +86,7 @@ def train_tokenizer(texts, vocab_size: int, label: str = "tokenizer") -> bytes:
             vocab_size=vocab_size,
             minloglevel=2,
             **SPEC_TRAINER_SETTINGS,
+            **extra,
         )
     except RuntimeError as error:
         raise TokenizerError(f"{label}: SentencePiece training failed ({error})") from error
