@@ -109,7 +109,7 @@ class Hyperparameters:
     loop_end: int = 5  # last looped block (inclusive)
     enable_looping_at: float = 0.35  # looping switches on at this training fraction, and stays on
     parallel_residual_start: int = -1  # blocks from this index on add attention and MLP of one input; < 0: none
-    parallel_start_layer: int = -1  # decoder blocks from this index on run two lanes (SPEC_0427 §4.4); < 0: none
+    parallel_start_layer: int = -1  # decoder blocks from this index on run two lanes (SPEC_0427 §4); < 0: none
     skip_gates_enabled: bool = False  # U-Net skips as x = g x + (1 - g) w s with g = sigmoid(gate), not x + w s
     init_linear_draws: bool = False  # SPEC_0409 §4: draw each block matrix's nn.Linear default init first
     bigram_enabled: bool = True  # BigramHash embedding added to the token embedding
@@ -806,7 +806,7 @@ class GPT(nn.Module):
         self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
         self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
         self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
-        # SPEC_0427 §4.4: per layer, 2x2 weights of (attention, MLP) output into (lane 0, lane 1), and the lanes' own
+        # two lanes (SPEC_0427 §4), per layer: post[j, k] weighs branch j (attention, MLP) into lane k; resid[k] lane k
         two_lanes = h.parallel_start_layer >= 0
         self.parallel_post_lambdas = nn.Parameter(torch.ones(n, 2, 2)) if two_lanes else None
         self.parallel_resid_lambdas = nn.Parameter(torch.full((n, 2), 1.1)) if two_lanes else None
@@ -862,7 +862,7 @@ class GPT(nn.Module):
         for i in encoder:
             x = self.run_block(i, x, x0, rope, value_embed, collector)
             skips.append(x)
-        lane1 = None  # two-lane blocks (SPEC_0427 §4.4): x is lane 0, which alone takes the skips
+        lane1 = None  # two-lane blocks (SPEC_0427 §4): x is lane 0, which alone takes the skips
         for j, i in enumerate(decoder):
             if j < self.skip_weights.size(0) and skips:
                 skip = self.skip_weights[j].to(x.dtype) * skips.pop()
@@ -952,7 +952,7 @@ class Block(nn.Module):
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
         self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
         self.parallel = 0 <= h.parallel_residual_start <= layer_index  # SPEC_0409 §4: one input to both branches
-        self.two_lanes = 0 <= h.parallel_start_layer <= layer_index  # SPEC_0427 §4.4: GPT passes forward_lanes both
+        self.two_lanes = 0 <= h.parallel_start_layer <= layer_index  # SPEC_0427 §4: GPT calls forward_lanes instead
         self.mlp_op: Optional[Callable] = None  # the fused MLP op when MLP_KERNEL selects Triton
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
@@ -967,8 +967,8 @@ class Block(nn.Module):
 
     def forward_lanes(self, lane0: Tensor, lane1: Tensor, x0: Tensor, lambdas: Tuple[Tensor, Tensor],
                       weights: Tuple[Tensor, ...], rope, value_embed, collector=None) -> Tuple[Tensor, Tensor]:
-        """SPEC_0427 §4.4: a = attn_scale * attn(lane 0 mixed with x0), b = mlp_scale * mlp(lane 1); lane k <-
-        resid[k] * lane k + post[0, k] * a + post[1, k] * b, with lambdas = (resid (2,), post (2, 2))."""
+        """SPEC_0427 §4's two-lane block: a = attn_scale * attn(lane 0 mixed with x0), b = mlp_scale * mlp(lane 1);
+        lane k <- resid[k] * lane k + post[0, k] * a + post[1, k] * b, with lambdas = (resid (2,), post (2, 2))."""
         (resid, post), mix = lambdas, self.resid_mix.to(lane0.dtype)
         attn_in = rms_norm(mix[0] * lane0 + mix[1] * x0) * self.norm_factor
         a = self.attention_branch(attn_in, weights, rope, value_embed, collector)
@@ -1075,7 +1075,7 @@ class SmearGate(nn.Module):
         return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
 
 class TokenSmearGate(nn.Module):
-    """04-27's SmearGate (SPEC_0427 §4.2), on the embedding: x_t += lam sigmoid(w x_t[:window]) x_{t-1} for t >= 1,
+    """04-27's SmearGate (SPEC_0427 §4), on the embedding: x_t += lam sigmoid(w x_t[:window]) x_{t-1} for t >= 1,
     x_0 kept; with bos_mask not where ids_t is BOS, so a document's first token never takes the previous document's
     last (PR #1851's fix; PR #1797 had none). w (1, window) and the scalar lam start at zero: the identity."""
 
