@@ -51,13 +51,24 @@ RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
     ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="ans",
     byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,"
                                                     "q_gain,skip_weight,skip_weights,skip_gates")}
+# 2026-04-27 (SPEC_0427 §11: the record's run, not its script's defaults, §0.1), as changes to 2026-04-09's table;
+# GPTQ_RESERVE_SECONDS 8, not the run's 0.5, keeps the Hessians' training-data reads inside the cap (§0.4).
+RECIPES["2026-04-27"] = dict(
+    RECIPES["2026-04-09"], data_path="./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
+    tokenizer_path="./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model", qk_gain_init=5.0,
+    parallel_residual_start=-1, parallel_start_layer=8, smear_gate_enabled=True, sparse_attn_gate_enabled=True,
+    sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, matrix_lr=0.026, muon_momentum=0.97,
+    muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
+    val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0,
+    control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
+    + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
 @dataclass(frozen=True)
 class Hyperparameters:
     """Run settings, env var = field name upper-cased (read by from_env only). A field's trailing comment is its
     `--help` line and the comment lines above a group head it (settings_help parses them)."""
     # Data and run identity
-    recipe: str = "2026-03-23"  # the table of defaults: 2026-03-23 or 2026-04-09; a setting set here overrides it
+    recipe: str = "2026-03-23"  # the table of defaults: 2026-03-23, 2026-04-09 or 2026-04-27; a setting overrides it
     data_path: str = "./data/datasets/fineweb10B_sp1024"  # shards fineweb_{train,val}_*.bin (+ manifest.json)
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"  # the SentencePiece model that made them
     allow_tokenizer_mismatch: bool = False  # 1: use a tokenizer that DATA_PATH's manifest.json does not name
@@ -99,10 +110,16 @@ class Hyperparameters:
     loop_end: int = 5  # last looped block (inclusive)
     enable_looping_at: float = 0.35  # looping switches on at this training fraction, and stays on
     parallel_residual_start: int = -1  # blocks from this index on add attention and MLP of one input; < 0: none
+    parallel_start_layer: int = -1  # decoder blocks from this index on run two lanes (SPEC_0427 §4); < 0: none
     skip_gates_enabled: bool = False  # U-Net skips as x = g x + (1 - g) w s with g = sigmoid(gate), not x + w s
     init_linear_draws: bool = False  # SPEC_0409 §4: draw each block matrix's nn.Linear default init first
     bigram_enabled: bool = True  # BigramHash embedding added to the token embedding
     smear_enabled: bool = True  # SmearGate: mix each position with the previous one
+    smear_gate_enabled: bool = False  # 04-27 SmearGate on the embedding: x_t += lam sigmoid(w x_t[:GATE_WINDOW]) x_t-1
+    smear_gate_bos_mask: bool = True  # 04-27 SmearGate: never into a BOS from the previous document (0: as PR #1797)
+    sparse_attn_gate_enabled: bool = False  # head h's output times sigmoid(SCALE W_h x[:GATE_WINDOW]), x its input
+    sparse_attn_gate_scale: float = 0.5  # SCALE of the sparse attention gate
+    gate_window: int = 12  # leading input dims that the 04-27 SmearGate and sparse attention gate read
     bigram_vocab_size: int = 1536  # BigramHash buckets
     bigram_dim: int = 128  # BigramHash embedding width
     ve_enabled: bool = True  # value embeddings on VE_LAYERS
@@ -211,6 +228,9 @@ class Hyperparameters:
             ve_error = "VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers)
         except ValueError:
             ve_bad, ve_error = True, "VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers
+        lanes = [tuple([i >= self.parallel_start_layer for i in part] for part in order) for order in
+                 layer_orders(self).values()]  # per looping mode, (encoder, decoder) blocks that would run two lanes
+        gates = self.smear_gate_enabled or self.sparse_attn_gate_enabled
         rows = [
             (not divisible, "MODEL_DIM=%d must be divisible by NUM_HEADS=%d" % (self.model_dim, self.num_heads)),
             (divisible and head_dim % 2 != 0, "head dim MODEL_DIM/NUM_HEADS=%d must be even (RoPE)" % head_dim),
@@ -233,6 +253,16 @@ class Hyperparameters:
              "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
             (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
              "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
+            (self.parallel_residual_start >= 0 and self.parallel_start_layer >= 0, "PARALLEL_RESIDUAL_START=%d and "
+             "PARALLEL_START_LAYER=%d: set one of them (the other to -1)"
+             % (self.parallel_residual_start, self.parallel_start_layer)),
+            (self.parallel_start_layer >= 0 and any(any(enc) or dec != sorted(dec) for enc, dec in lanes),
+             "PARALLEL_START_LAYER=%d: two lanes run in the decoder's tail only, after every encoder and looped block"
+             % self.parallel_start_layer),
+            (gates and not 0 < self.gate_window <= self.model_dim,
+             "GATE_WINDOW=%d must be in [1, MODEL_DIM=%d]" % (self.gate_window, self.model_dim)),
+            (not self.smear_gate_enabled and not self.smear_gate_bos_mask,
+             "SMEAR_GATE_BOS_MASK=0 applies to SMEAR_GATE_ENABLED=1 only"),
             (self.warmdown_iters > 0 and self.warmdown_frac > 0, "WARMDOWN_ITERS=%d and WARMDOWN_FRAC=%s: set one "
              "of them (the other to 0)" % (self.warmdown_iters, self.warmdown_frac)),
             (self.gptq_reserve_seconds < 0 or 0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
@@ -342,7 +372,7 @@ def settings_help() -> str:
     headings = {name: heading for heading, name in re.findall(r"^    # (.*)\n    (\w+):", body, re.MULTILINE)}
     lines = ["usage: torchrun --standalone --nproc_per_node=8 train_gpt.py  (one process: python train_gpt.py)",
              "Settings are environment variables (NUM_LAYERS=9 torchrun ...); the defaults are the 2026-03-23 "
-             "record's run; [2026-04-09: ...] is RECIPE=2026-04-09's value where it differs.",
+             "record's run; [2026-04-09: ...] is RECIPE=2026-04-09's value where it differs (2026-04-27 likewise).",
              "Booleans take 0/1/true/false. Outputs: logs/<RUN_ID>.txt and logs/<RUN_ID>/."]
     for f in fields(Hyperparameters):
         if f.name in headings:
@@ -596,6 +626,8 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
         sampler.gather(sampler.plan(rows), batch.numpy())
         yield batch[0], batch[1]
 
+BOS_ID = 1  # SPEC §2: every document in a shard starts with <s> (id 1)
+
 class BackgroundIterator:
     """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
     reaches the consumer after the items made before it, and again on every later call. close() (also at exit: a
@@ -766,6 +798,8 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
+        self.smear_gate = TokenSmearGate(h.gate_window, h.smear_gate_bos_mask) if h.smear_gate_enabled else None
+        self.smear_lambda = nn.Parameter(torch.zeros(1)) if h.smear_gate_enabled else None  # the record's names
         self.layer_orders, self.looping = layer_orders(h), False  # looping: set by training, on for the final evals
         skip_rows = min(len(part) for part in self.layer_orders[True])
         self.skip_weights = nn.Parameter(torch.ones(skip_rows, dim))
@@ -775,6 +809,10 @@ class GPT(nn.Module):
         self.mlp_up_bank = nn.Parameter(torch.empty(n, hidden, dim))
         self.mlp_down_bank = nn.Parameter(torch.empty(n, dim, hidden))
         self.blocks = nn.ModuleList(Block(h, i) for i in range(n))
+        # two lanes (SPEC_0427 §4), per layer: post[j, k] weighs branch j (attention, MLP) into lane k; resid[k] lane k
+        two_lanes = h.parallel_start_layer >= 0
+        self.parallel_post_lambdas = nn.Parameter(torch.ones(n, 2, 2)) if two_lanes else None
+        self.parallel_resid_lambdas = nn.Parameter(torch.full((n, 2), 1.1)) if two_lanes else None
         self.ve_layers = h.ve_layer_indices
         self.ve_shared = ScaledEmbedding(h.vocab_size, h.ve_dim, kv_dim, 0.1, 0.01) if self.ve_layers else None
         self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
@@ -821,6 +859,8 @@ class GPT(nn.Module):
         x = self.tok_emb(ids)
         if self.bigram is not None:
             x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
+        if self.smear_gate is not None:
+            x = self.smear_gate(x, ids, self.smear_lambda)
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
         rope = self.rope_tables(ids.size(1), ids.device, x.dtype)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
@@ -829,6 +869,7 @@ class GPT(nn.Module):
         for i in encoder:
             x = self.run_block(i, x, x0, rope, value_embed, collector)
             skips.append(x)
+        lane1 = None  # two-lane blocks (SPEC_0427 §4): x is lane 0, which alone takes the skips
         for j, i in enumerate(decoder):
             if j < self.skip_weights.size(0) and skips:
                 skip = self.skip_weights[j].to(x.dtype) * skips.pop()
@@ -837,8 +878,11 @@ class GPT(nn.Module):
                 else:
                     gate = torch.sigmoid(self.skip_gates[j].to(x.dtype))
                     x = gate * x + (1 - gate) * skip
-            x = self.run_block(i, x, x0, rope, value_embed, collector)
-        return x
+            if self.blocks[i].two_lanes:  # the first one starts both lanes from x
+                x, lane1 = self.run_block(i, x, x0, rope, value_embed, collector, x if lane1 is None else lane1)
+            else:
+                x = self.run_block(i, x, x0, rope, value_embed, collector)
+        return x if lane1 is None else (x + lane1) / 2  # the mean of the lanes (PARALLEL_FINAL_LANE=mean)
 
     def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, ...]:
         """The model's one RoPE table of this length, made once by eager code and read by every path (training,
@@ -854,9 +898,13 @@ class GPT(nn.Module):
         return self.rope_cache[key]
 
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
-                  collector: Optional["HessianCollector"]) -> Tensor:
+                  collector: Optional["HessianCollector"], lane1: Optional[Tensor] = None):
+        """Block i on x, or with lane1 its two-lane form on (x, lane1) -> (lane 0, lane 1)."""
         ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype) if i in self.ve_layers else None
-        return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
+        if lane1 is None:
+            return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector)
+        lambdas = (self.parallel_resid_lambdas[i].to(x.dtype), self.parallel_post_lambdas[i].to(x.dtype))
+        return self.blocks[i].forward_lanes(x, lane1, x0, lambdas, self.layer_weights(i), rope, ve, collector)
 
     def logits_from_hidden(self, hidden: Tensor, capped: bool = True) -> Tensor:
         """(..., d) -> fp32 soft-capped logits (..., V); capped=False: the logits before the softcap, as computed."""
@@ -911,26 +959,45 @@ class Block(nn.Module):
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
         self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
         self.parallel = 0 <= h.parallel_residual_start <= layer_index  # SPEC_0409 §4: one input to both branches
+        self.two_lanes = 0 <= h.parallel_start_layer <= layer_index  # SPEC_0427 §4: GPT calls forward_lanes instead
         self.mlp_op: Optional[Callable] = None  # the fused MLP op when MLP_KERNEL selects Triton
 
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
                 collector: Optional["HessianCollector"] = None) -> Tensor:
-        """x + attn_scale * attn(x), then + mlp_scale * mlp(new x; parallel: attn's input). Each scale is folded into
-        its output projection's rows, so the backward saves no branch output."""
-        w_q, w_k, w_v, w_o, w_up, w_down = weights
+        """x + attn_scale * attn(x), then + mlp_scale * mlp(new x; parallel: attn's input)."""
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
         attn_in = rms_norm(x) * self.norm_factor
-        w_o = self.attn_scale[:, None] * w_o
-        x = x + self.attn(attn_in, w_q, w_k, w_v, w_o, rope, value_embed, collector)
+        x = x + self.attention_branch(attn_in, weights, rope, value_embed, collector)
         mlp_in = attn_in if self.parallel else rms_norm(x) * self.norm_factor
-        w_up, w_down = w_up.to(x.dtype), (self.mlp_scale[:, None] * w_down).to(x.dtype)
+        return x + self.mlp_branch(mlp_in, weights, collector)
+
+    def forward_lanes(self, lane0: Tensor, lane1: Tensor, x0: Tensor, lambdas: Tuple[Tensor, Tensor],
+                      weights: Tuple[Tensor, ...], rope, value_embed, collector=None) -> Tuple[Tensor, Tensor]:
+        """SPEC_0427 §4's two-lane block: a = attn_scale * attn(lane 0 mixed with x0), b = mlp_scale * mlp(lane 1);
+        lane k <- resid[k] * lane k + post[0, k] * a + post[1, k] * b, with lambdas = (resid (2,), post (2, 2))."""
+        (resid, post), mix = lambdas, self.resid_mix.to(lane0.dtype)
+        attn_in = rms_norm(mix[0] * lane0 + mix[1] * x0) * self.norm_factor
+        a = self.attention_branch(attn_in, weights, rope, value_embed, collector)
+        b = self.mlp_branch(rms_norm(lane1) * self.norm_factor, weights, collector)
+        return resid[0] * lane0 + post[0, 0] * a + post[1, 0] * b, resid[1] * lane1 + post[0, 1] * a + post[1, 1] * b
+
+    def attention_branch(self, attn_in: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
+                         collector: Optional["HessianCollector"]) -> Tensor:
+        """attn_scale * attn(attn_in), the scale folded into W_o's rows (so the backward saves no branch output)."""
+        w_q, w_k, w_v, w_o = weights[:4]
+        return self.attn(attn_in, w_q, w_k, w_v, self.attn_scale[:, None] * w_o, rope, value_embed, collector)
+
+    def mlp_branch(self, mlp_in: Tensor, weights: Tuple[Tensor, ...],
+                   collector: Optional["HessianCollector"]) -> Tensor:
+        """mlp_scale * mlp(mlp_in), the scale folded into W_down's rows; a collector gets fc's and proj's inputs."""
+        w_up, w_down = weights[4].to(mlp_in.dtype), (self.mlp_scale[:, None] * weights[5]).to(mlp_in.dtype)
         if collector is None:
-            return x + (self.mlp_op or leaky_relu_sq_mlp)(mlp_in, w_up, w_down)
+            return (self.mlp_op or leaky_relu_sq_mlp)(mlp_in, w_up, w_down)
         act = F.leaky_relu(F.linear(mlp_in, w_up), negative_slope=LEAKY_SLOPE).square()  # leaky_relu_sq_mlp's hidden
         collector.add(mlp_in, self.name + "mlp.fc.weight")
         collector.add(act, self.name + "mlp.proj.weight")
-        return x + F.linear(act, w_down)
+        return F.linear(act, w_down)
 
 class CausalSelfAttention(nn.Module):
     """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
@@ -942,6 +1009,9 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = h.model_dim // h.num_heads
         self.q_gain = nn.Parameter(torch.full((h.num_heads,), h.qk_gain_init))
         self.use_xsa, self.rope_dims = use_xsa, h.rope_dims
+        # SPEC_0427 §4: the sparse per-head output gate (zero init: every head starts at half its output)
+        self.attn_gate_w = nn.Parameter(torch.zeros(h.num_heads, h.gate_window)) if h.sparse_attn_gate_enabled else None
+        self.attn_gate_scale = h.sparse_attn_gate_scale
         self.backend = "sdpa"
         self.qkv_op: Optional[Callable] = None  # the fused q/k/v op when QK_KERNEL selects Triton
         self.xsa_op: Optional[Callable] = None  # the fused XSA op, likewise
@@ -972,6 +1042,9 @@ class CausalSelfAttention(nn.Module):
         if self.use_xsa:  # v has the KV heads here (group H / Hkv)
             xsa = self.xsa_op if self.xsa_op is not None and collector is None else exclusive_self_attention
             y = xsa(y, v)
+        if self.attn_gate_w is not None:  # head h times sigmoid(scale W_h x[:window]), x this module's input
+            logits = F.linear(x[..., :self.attn_gate_w.size(1)], self.attn_gate_w.to(x.dtype))
+            y = y * torch.sigmoid(self.attn_gate_scale * logits)[..., None]
         y = y.reshape(batch, seq_len, -1)
         if collector is not None:
             collector.add(y, self.name + "proj.weight")
@@ -1007,6 +1080,21 @@ class SmearGate(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         g = torch.sigmoid(self.gate.to(x.dtype))
         return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
+
+class TokenSmearGate(nn.Module):
+    """04-27's SmearGate (SPEC_0427 §4), on the embedding: x_t += lam sigmoid(w x_t[:window]) x_{t-1} for t >= 1,
+    x_0 kept; with bos_mask not where ids_t is BOS, so a document's first token never takes the previous document's
+    last (PR #1851's fix; PR #1797 had none). w (1, window) and the scalar lam start at zero: the identity."""
+
+    def __init__(self, window: int, bos_mask: bool):
+        super().__init__()
+        self.weight, self.bos_mask = nn.Parameter(torch.zeros(1, window)), bos_mask
+
+    def forward(self, x: Tensor, ids: Tensor, lam: Tensor) -> Tensor:
+        gate = lam.to(x.dtype) * torch.sigmoid(F.linear(x[:, 1:, :self.weight.size(1)], self.weight.to(x.dtype)))
+        if self.bos_mask:
+            gate = gate * (ids[:, 1:, None] != BOS_ID).to(x.dtype)
+        return torch.cat((x[:, :1], x[:, 1:] + gate * x[:, :-1]), dim=1)
 
 class CastedLinear(nn.Linear):
     """fp32 weight cast to the activation dtype; in training the 0/1 tensor `qat_active` (a tensor: no recompile

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tgpt_util import TINY_0409_ENV, run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
+from tgpt_util import TINY_0427_ENV, run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
 
 CPU = torch.device("cpu")
 
@@ -49,7 +49,7 @@ def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
 def test_forward_uses_the_op_for_gradients_only(tgpt):
     """GPT.forward hands the op the logits before the softcap (rows, V) and the flat targets and takes the mean;
     under no_grad / inference_mode (the evals) it keeps the plain form."""
-    h = tgpt.Hyperparameters.from_env(dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8"))
+    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8"))
     model = tgpt.build_model(h, CPU)
     ids = torch.randint(0, h.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))
     plain = model(ids[:, :-1], ids[:, 1:])
@@ -97,7 +97,7 @@ def test_fused_ce_matches_the_pytorch_form_under_the_triton_interpreter():
         assert case["dtypes"] == ["torch.float32", case["case"][2]], case
         assert max(case["loss"], case["mean"]) < 1e-6, case
         assert max(case["dx"], case["mean_dx"]) < (1e-2 if bf16 else 1e-6), case  # bf16: within its rounding
-    model = results["model_0409"]  # one training step of the tiny 2026-04-09 model, looping on
+    model = results["model_0427"]  # one training step of the tiny 2026-04-27 model, looping on
     assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6)
     assert model["grad_names"] and model["num_grads"] >= 30 and model["grad_max"]["tok_emb.weight"] > 0
     assert model["max_grad_rel"] < 1e-4, model

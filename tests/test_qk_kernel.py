@@ -68,3 +68,7 @@ def test_fused_kernels_match_the_pytorch_form_under_the_triton_interpreter():
     model = results["model_0409"]  # RECIPE=2026-04-09, looped
     assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6) and model["grad_max"]["skip_gates"] > 0
     assert model["max_grad_rel"] < 1e-4, model
+    model = results["model_0427"]  # RECIPE=2026-04-27, looped: sparse gate, SmearGate, two lanes
+    assert model["loss"][0] == pytest.approx(model["loss"][1], abs=1e-6) and model["max_grad_rel"] < 1e-4, model
+    assert min(model["grad_max"][name] for name in ("blocks.5.attn.attn_gate_w", "smear_lambda",
+                                                     "parallel_post_lambdas", "parallel_resid_lambdas")) > 0

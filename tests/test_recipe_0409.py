@@ -71,7 +71,7 @@ def test_recipe_gives_spec_0409_values_env_overrides_and_unknown_recipes_are_err
         0, 0.0, "local", False)
     with pytest.raises(tgpt.ConfigError) as info:
         tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-10", "NUM_LAYERS": "x"})
-    assert info.value.errors == ["RECIPE='2026-04-10': expected one of 2026-03-23, 2026-04-09"]
+    assert info.value.errors == ["RECIPE='2026-04-10': expected one of 2026-03-23, 2026-04-09, 2026-04-27"]
 
 
 def test_config_lines_show_the_recipe_and_its_resolved_values(tgpt):

@@ -29,6 +29,15 @@ TINY_0409_ENV = {
     "VAL_BATCH_SIZE": "4096", "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
 }
 
+# RECIPE=2026-04-27 scaled like TINY_0409_ENV: two lanes from block 4 (the last two decoder blocks, looped or not, each
+# after a skip), the SmearGate and the sparse attention gate on their 12 leading dims.
+TINY_0427_ENV = {
+    "RECIPE": "2026-04-27", "NUM_LAYERS": "6", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2",
+    "XSA_LAST_N": "6", "ROPE_DIMS": "8", "LOOP_START": "2", "LOOP_END": "3", "PARALLEL_START_LAYER": "4",
+    "VOCAB_SIZE": "1024", "TRAIN_SEQ_LEN": "64", "EVAL_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "4096",
+    "VAL_BATCH_SIZE": "4096", "WARMUP_STEPS": "1", "MAX_WALLCLOCK_SECONDS": "0", "TORCH_COMPILE": "0",
+}
+
 
 def run_under_triton_interpreter(script: str) -> dict:
     """Runs tests/scripts/<script> in a child process with TRITON_INTERPRET=1 (it must be set before triton is

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tgpt_util import TINY_0409_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
+from tgpt_util import TINY_0427_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
 
 tg = load_train_gpt()
 op = tg.fused_ce_op()
@@ -43,7 +43,7 @@ tg._probe_ce_kernel(2500, 30.0, torch.device("cpu"))
 results["probe"] = "passed"
 
 
-def kernels(ce):  # the tiny 2026-04-09 model, looping on
+def kernels(ce):  # the tiny 2026-04-27 model, looping on
     def configure(model):
         tg.use_kernels(model, "sdpa_cpu", ce=ce)
         model.looping = True
@@ -51,6 +51,6 @@ def kernels(ce):  # the tiny 2026-04-09 model, looping on
 
 
 # one fp32 training step of the model with each loss (GPT.forward's dispatch: logits before the softcap, the mean)
-env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
-results["model_0409"] = compare_tiny_model_step(tg, kernels("torch"), kernels("triton"), env=env_0409)
+env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
+results["model_0427"] = compare_tiny_model_step(tg, kernels("torch"), kernels("triton"), env=env_0427)
 print(json.dumps(results))

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tgpt_util import TINY_0409_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
+from tgpt_util import TINY_0409_ENV, TINY_0427_ENV, compare_tiny_model_step, load_train_gpt  # noqa: E402
 
 tg = load_train_gpt()
 op = tg.fused_mlp_op()
@@ -70,4 +70,6 @@ def looped(mlp):  # the tiny 2026-04-09 model, looping on: looped and parallel-r
 
 env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
 results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0409)
+env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")  # gates and two lanes
+results["model_0427"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0427)
 print(json.dumps(results))
