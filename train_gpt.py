@@ -59,7 +59,8 @@ RECIPES["2026-04-27"] = dict(
     parallel_residual_start=-1, parallel_start_layer=8, smear_gate_enabled=True, sparse_attn_gate_enabled=True,
     sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, matrix_lr=0.026, muon_momentum=0.97,
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
-    val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0,
+    val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
+    muon_ns_coefficients="polar_express",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -105,6 +106,7 @@ class Hyperparameters:
     ln_scale: bool = True  # scale block i's norm outputs by 1/sqrt(i + 1)
     rope_train_seq_len: int = 1024  # longer sequences get an NTK-scaled RoPE base; <= 0: TRAIN_SEQ_LEN
     rope_bf16: bool = False  # SPEC_0409 §0.7: theta rounded to bf16 up to that length, as the record's compiled table
+    rope_ntk: bool = True  # 0: no NTK rescale at any length (SPEC_0427 §4: packed rows of 98,304 tokens)
     num_loops: int = 0  # depth recurrence: blocks LOOP_START..LOOP_END run 1 + NUM_LOOPS times once looping is on
     loop_start: int = 3  # first looped block
     loop_end: int = 5  # last looped block (inclusive)
@@ -792,7 +794,7 @@ class GPT(nn.Module):
         hidden = int(h.mlp_mult * dim)
         self.num_layers, self.logit_softcap = n, h.logit_softcap
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
-        self.rope_args = (h.effective_rope_train_seq_len, h.rope_bf16)
+        self.rope_args = (h.effective_rope_train_seq_len if h.rope_ntk else math.inf, h.rope_bf16)
         self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
         self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len})  # made before any compiled forward
         self.tok_emb = nn.Embedding(h.vocab_size, dim)

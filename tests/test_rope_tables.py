@@ -5,12 +5,13 @@ and the eager TTT-training / GPTQ-calibration forwards would otherwise see diffe
 import pytest
 import torch
 
-from tgpt_util import TINY_0409_ENV, TINY_MODEL_ENV, tgpt  # noqa: F401  (fixture)
+from tgpt_util import TINY_0409_ENV, TINY_0427_ENV, TINY_MODEL_ENV, tgpt  # noqa: F401  (fixture)
 
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("env", [TINY_MODEL_ENV, TINY_0409_ENV], ids=["2026-03-23", "2026-04-09"])
+@pytest.mark.parametrize("env", [TINY_MODEL_ENV, TINY_0409_ENV, TINY_0427_ENV],
+                         ids=["2026-03-23", "2026-04-09", "2026-04-27"])
 def test_compiled_and_eager_forwards_use_the_same_table(tgpt, env, monkeypatch):
     h = tgpt.Hyperparameters.from_env(dict(env, TRAIN_SEQ_LEN="128", EVAL_SEQ_LEN="128"))
     model = tgpt.build_model(h, CPU).eval()
@@ -40,3 +41,16 @@ def test_a_compiled_forward_of_an_unprepared_length_is_refused(tgpt):
         compiled(torch.zeros(1, 32, dtype=torch.int64))
     model.forward_hidden(torch.zeros(1, 32, dtype=torch.int64))  # eager code makes it on first use
     assert (32, torch.float32, CPU) in model.rope_cache
+
+
+def test_the_04_27_tables_have_no_ntk_rescale_at_any_length(tgpt):
+    """SPEC_0427 §4: ROPE_NTK=0, so a packed row's table (98,304 positions in the record) continues the 2,048-token
+    one instead of rescaling the base; with NTK (04-09's rule) the longer table's base moves."""
+    h = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27"})
+    assert not h.rope_ntk and tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09"}).rope_ntk
+    with torch.device("meta"):
+        model = tgpt.GPT(h)
+    short, long = (tgpt.rotary_tables(n, 64, 16, 10000.0, CPU, torch.float32, *model.rope_args)[0] for n in (2048, 8192))
+    assert torch.equal(long[:2048], short)
+    rescaled = tgpt.rotary_tables(8192, 64, 16, 10000.0, CPU, torch.float32, 2048, True)[0]
+    assert (rescaled[:2048] - short).abs().max() > 1e-2
