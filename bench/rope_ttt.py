@@ -75,9 +75,8 @@ def main() -> int:
 
         if regime == "before":
             def rope_tables(self, seq_len, device, dtype):
-                if torch.compiler.is_compiling():
-                    return original_tables(self, seq_len, device, dtype)
-                return old_eager_table(tg, self, seq_len, device, dtype)
+                table = original_tables(self, seq_len, device, dtype)  # made (and cached) eagerly, as before
+                return table if torch.compiler.is_compiling() else old_eager_table(tg, self, seq_len, device, dtype)
             tg.GPT.rope_tables = rope_tables
         else:
             tg.GPT.rope_tables = original_tables
