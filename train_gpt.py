@@ -288,16 +288,15 @@ class Hyperparameters:
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas"),
-            ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue checkpoint_keep eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches"),
-            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops"),
+            ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep"),
+            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
             "in [0, NUM_LAYERS=%d]" % self.num_layers: (lambda v: 0 <= v <= self.num_layers,
                                                          "xsa_last_n ttt_freeze_blocks"),
-            "in [2, 8] (q is stored as int8)": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits"),
-            ">= 0 (0: off)": (lambda v: v >= 0, "checkpoint_every")}
+            "in [2, 8] (q is stored as int8)": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits")}
         errors = [message for failed, message in rows if failed]
         errors += ["%s=%r: expected one of %s" % (name.upper(), getattr(self, name), ", ".join(allowed))
                    for name, allowed in CHOICES.items() if getattr(self, name) not in allowed]
@@ -352,7 +351,7 @@ class CheckpointError(RunFailure):
     """RESUME's checkpoint is missing, incomplete, corrupted or of another run's settings or world size."""
 
 class RunStopped(KeyboardInterrupt):
-    """SIGTERM/SIGINT stopped the run (exit 128 + signal); the message is the log's `stopped:` line."""
+    """SIGTERM/SIGINT stopped the run (exit 128 + signal number); the message is the log's last line."""
     def __init__(self, signum: int, where: str, checkpoint: str = ""):
         super().__init__("stopped: %s at %s UTC, %s; %s" % (
             signal.Signals(signum).name, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), where,
@@ -364,7 +363,6 @@ class StopSignal:
     (CHECKPOINT_ON_SIGNAL=1); then it is only noted, and the loop saves a checkpoint at the step's end and stops."""
     def __init__(self):
         self.signum, self.deferred, self.where = None, False, "before training"
-
     def __call__(self, signum: int, frame) -> None:
         self.signum = signum
         if not self.deferred:
@@ -633,8 +631,7 @@ class ShuffledSequences:
             self.starts.append(phase + self.rng.permutation((len(tokens) - 1 - phase) // self.seq_len) * self.seq_len)
         self.left = np.array([len(starts) for starts in self.starts], dtype=np.float64)  # the record's choice weights
 
-    def state_dict(self) -> dict:
-        """The RNG state before the last reset (it redraws the permutations), the RNG state now and what is left."""
+    def state_dict(self) -> dict:  # the RNG state before the last reset (it redraws the permutations), now, and left
         return {"reset_rng": self.reset_rng, "rng": self.rng.bit_generator.state, "left": self.left.tolist()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -729,8 +726,7 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
         self.host_wait_seconds, self.event_pairs = 0.0, []
 
     def _fetch(self) -> tuple:
-        """(host tensors, device copies, ready event, source state) of the next source item; copies and event None
-        without a copy stream, state None for a source of (x, y) only."""
+        """(host tensors, device copies, ready event, a train source's state) of the next item (copies: see below)."""
         start = time.perf_counter()
         item = next(self.source)
         host, state = tuple(item[:2]), (item[2] if len(item) > 2 else None)
@@ -765,8 +761,7 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def next_batch(self) -> tuple:
         return next(self)[1]
 
-    def state_dict(self):
-        """The source's state after the last batch handed out (the producer may be ahead): where a resume restarts."""
+    def state_dict(self):  # the source's state after the last batch handed out (the producer runs ahead)
         return self.state
 
     def take_wait_stats(self) -> tuple:
@@ -783,8 +778,8 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
         self.close()
 
 def make_train_loader(h, dist_info, logger, state=None) -> DeviceBatchFeed:
-    """A loader from the start of the TRAIN_LOADER order, or from a DeviceBatchFeed.state_dict(); to rewind, close()
-    the old one first (no producer runs on)."""
+    """A loader from the start of the TRAIN_LOADER order (or a state_dict()'s batch); to rewind, close() the old one
+    first (no producer runs on)."""
     cuda, paths = dist_info.device.type == "cuda", list_shards(h.train_files, "train")
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
     rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
@@ -801,8 +796,8 @@ def make_train_loader(h, dist_info, logger, state=None) -> DeviceBatchFeed:
         kind = (f"shuffled shards:{len(sampler.paths)}/{len(paths)} sequences:{int(sampler.left.sum())} "
                 f"seed:{h.train_shuffle_seed}")
     else:
-        batches = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory, state or (0, 0))
-        kind = "sequential"
+        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory,
+                                                state or (0, 0)), "sequential"
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
@@ -2757,117 +2752,107 @@ class TrainTelemetry:
 # A checkpoint, logs/<RUN_ID>/checkpoints/step_<N>/: model.pt (rank 0's weights, Adam states, EMA/SWA, looping and
 # late-QAT switches), rank_<r>.pt (rank r's Muon momentum rows, loader state, RNG states) and manifest.json (step,
 # train time, world size, resolved config, each file's sha256), written last in step_<N>.tmp, renamed whole.
-RESUME_FREE_FIELDS = ("run_id", "resume", "checkpoint_every", "checkpoint_on_signal", "checkpoint_keep",
-                      "train_prefetch", "train_prefetch_queue", "train_copy_stream", "val_prefetch",
-                      "val_prefetch_queue", "val_copy_stream", "val_progress_log_every", "training_timing_breakdown",
-                      "training_timing_every", "train_log_every", "val_loss_every", "final_eval")  # not the math
+RESUME_FREE_FIELDS = set("run_id resume checkpoint_every checkpoint_on_signal checkpoint_keep train_prefetch "
+                         "train_prefetch_queue train_copy_stream val_prefetch val_prefetch_queue val_copy_stream "
+                         "val_progress_log_every training_timing_breakdown training_timing_every train_log_every "
+                         "val_loss_every final_eval".split())  # a resume may change these: not the training math
 
 def checkpoint_steps(root: str) -> List[int]:
     return sorted(int(name[5:]) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)) \
         if os.path.isdir(root) else []
 
-def write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, obj) -> None:
+    """bytes, or torch.save of obj, into path + .tmp, synced, then renamed onto path."""
     with open(path + ".tmp", "wb") as handle:
-        handle.write(data)
+        handle.write(obj) if isinstance(obj, bytes) else torch.save(obj, handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(path + ".tmp", path)
-
-def torch_bytes(obj) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
 
 def save_checkpoint(h, dist_info, base_model: GPT, optimizers: Optimizers, averages, loader, progress: dict) -> str:
     """progress: step, train_ms and stop_early (the wallclock cap's verdict) of the step just ended."""
     root = os.path.join("logs", h.run_id, "checkpoints")
     folder = os.path.join(root, "step_%d" % progress["step"])
+    temp = folder + ".tmp"
     if dist_info.is_main:
-        shutil.rmtree(folder + ".tmp", ignore_errors=True)  # a save that died half-way
-        os.makedirs(folder + ".tmp")
+        shutil.rmtree(temp, ignore_errors=True)  # a save that died half-way
+        os.makedirs(temp)
     barrier(dist_info)
     rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
            torch.cuda.get_rng_state(dist_info.device) if dist_info.is_cuda else None)
-    write_atomic(os.path.join(folder + ".tmp", "rank_%d.pt" % dist_info.rank), torch_bytes(dict(
+    write_atomic(os.path.join(temp, "rank_%d.pt" % dist_info.rank), dict(
         muon=[optimizers.muon.state[bank]["momentum"] for bank in optimizers.muon.banks], loader=loader.state_dict(),
-        rng=rng)))
+        rng=rng))
     if dist_info.is_main:
-        write_atomic(os.path.join(folder + ".tmp", "model.pt"), torch_bytes(dict(
+        write_atomic(os.path.join(temp, "model.pt"), dict(
             model=base_model.state_dict(), adams=[adam.state_dict() for adam in optimizers.adams], ema=averages.ema,
-            swa=(averages.swa_sum, averages.swa_count), looping=base_model.looping, qat=base_model.qat_enabled())))
+            swa=(averages.swa_sum, averages.swa_count), looping=base_model.looping, qat=base_model.qat_enabled()))
     barrier(dist_info)  # every rank's file is in place
     if dist_info.is_main:
-        files = {}
-        for name in sorted(os.listdir(folder + ".tmp")):
-            with open(os.path.join(folder + ".tmp", name), "rb") as handle:
-                files[name] = hashlib.sha256(handle.read()).hexdigest()
-        manifest = dict(progress, world_size=dist_info.world_size, files=files,
-                        config={f.name: getattr(h, f.name) for f in fields(h)})
-        write_atomic(os.path.join(folder + ".tmp", "manifest.json"), json.dumps(manifest, indent=1).encode())
+        files = {name: hashlib.sha256(read_checkpoint_file(os.path.join(temp, name))).hexdigest()
+                 for name in sorted(os.listdir(temp))}
+        write_atomic(os.path.join(temp, "manifest.json"), json.dumps(dict(
+            progress, world_size=dist_info.world_size, files=files, config={f.name: getattr(h, f.name) for f in
+                                                                           fields(h)}), indent=1).encode())
         shutil.rmtree(folder, ignore_errors=True)  # a resumed run saving its start step again
-        os.rename(folder + ".tmp", folder)
+        os.rename(temp, folder)
         for old in checkpoint_steps(root)[:-h.checkpoint_keep]:
             shutil.rmtree(os.path.join(root, "step_%d" % old))
     barrier(dist_info)
     return folder
 
+def read_checkpoint_file(path: str, sha256: str = "") -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise CheckpointError("checkpoint file %s: %s" % (path, exc.strerror)) from None
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointError("checkpoint file %s (%d bytes): its sha256 is not manifest.json's: truncated or "
+                              "corrupted" % (path, len(data)))
+    return data
+
 def resolve_resume(h: Hyperparameters, environ, world_size: int) -> Tuple[Hyperparameters, Optional[dict]]:
-    """RESUME's manifest (with its folder), checked against this launch's settings and world size; h takes the
-    checkpoint's RUN_ID. Without RESUME: (h, None)."""
+    """RESUME's manifest (+ folder), checked against this launch's settings and world size, and h with the
+    checkpoint's RUN_ID; without RESUME: (h, None). RESUME=latest: RUN_ID's newest checkpoint."""
     if not h.resume:
         return h, None
-    folder = h.resume
-    if folder == "latest":
-        root = os.path.join("logs", h.run_id, "checkpoints")
-        if "RUN_ID" not in environ or not checkpoint_steps(root):
-            raise CheckpointError("RESUME=latest: no checkpoint in %s (RESUME=latest continues the run named by "
-                                  "RUN_ID)" % root)
-        folder = os.path.join(root, "step_%d" % checkpoint_steps(root)[-1])
+    folder, root = h.resume, os.path.join("logs", h.run_id, "checkpoints")
+    if folder == "latest" and ("RUN_ID" not in environ or not checkpoint_steps(root)):
+        raise CheckpointError("RESUME=latest: no checkpoint in %s (it continues the run named by RUN_ID)" % root)
+    folder = os.path.join(root, "step_%d" % checkpoint_steps(root)[-1]) if folder == "latest" else folder
     try:
-        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as handle:
-            manifest = json.load(handle)
+        manifest = json.loads(read_checkpoint_file(os.path.join(folder, "manifest.json")))
         saved, world, _ = manifest["config"], manifest["world_size"], (manifest["step"], manifest["train_ms"])
-    except (OSError, ValueError, LookupError, TypeError) as exc:
-        raise CheckpointError("RESUME=%s: not a complete checkpoint folder (%s/manifest.json: %s)"
-                              % (h.resume, folder, exc)) from None
-    if environ.get("RUN_ID", saved["run_id"]) != saved["run_id"]:
-        raise CheckpointError("RESUME=%s is run %s's checkpoint, not RUN_ID=%s's" % (folder, saved["run_id"],
-                                                                                    h.run_id))
-    if world != world_size:
-        raise CheckpointError("RESUME=%s was written by %d ranks, this launch has WORLD_SIZE=%d: a resume keeps the "
-                              "world size (each rank's Muon rows and data order are its own)" % (folder, world,
-                                                                                                  world_size))
+    except (CheckpointError, ValueError, LookupError, TypeError) as exc:
+        raise CheckpointError("RESUME=%s: not a complete checkpoint folder (%s)" % (h.resume, exc)) from None
     changed = ["%s=%r (checkpoint: %r)" % (f.name.upper(), getattr(h, f.name), saved.get(f.name)) for f in fields(h)
                if f.name not in RESUME_FREE_FIELDS and getattr(h, f.name) != saved.get(f.name)]
-    if changed:
-        raise CheckpointError("RESUME=%s: the settings differ from the checkpoint's run in %s: a resume must train "
-                              "the same way" % (folder, ", ".join(changed)))
+    for failed, message in [
+            (environ.get("RUN_ID", saved["run_id"]) != saved["run_id"], "is run %s's checkpoint, not RUN_ID=%s's"
+             % (saved["run_id"], h.run_id)),
+            (world != world_size, "was written by %d ranks, this launch has WORLD_SIZE=%d: a resume keeps the world "
+             "size (each rank's Muon rows and data order are its own)" % (world, world_size)),
+            (changed, ": the settings differ from the checkpoint's run in %s: a resume must train the same way"
+             % ", ".join(changed))]:
+        if failed:
+            raise CheckpointError("RESUME=%s%s%s" % (folder, "" if message[0] == ":" else " ", message))
     return replace(h, run_id=saved["run_id"]), dict(manifest, folder=folder)
 
 def load_checkpoint(dist_info, checkpoint: dict, base_model: GPT, optimizers: Optimizers, averages):
-    """Restores the checkpoint's weights, optimizer states, EMA/SWA, switches and RNG states (the warm-up's state is
-    overwritten); returns this rank's loader state. Each file is checked against the manifest's sha256."""
-    def read(name: str):
-        path = os.path.join(checkpoint["folder"], name)
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise CheckpointError("checkpoint file %s: %s" % (path, exc.strerror)) from None
-        if hashlib.sha256(data).hexdigest() != checkpoint["files"].get(name):
-            raise CheckpointError("checkpoint file %s (%d bytes): its sha256 is not manifest.json's: truncated or "
-                                  "corrupted" % (path, len(data)))
-        return torch.load(io.BytesIO(data), map_location=dist_info.device, weights_only=False)
-    saved, mine = read("model.pt"), read("rank_%d.pt" % dist_info.rank)
+    """Restores the weights, optimizer states, EMA/SWA, switches and RNG states (over the warm-up's restored state);
+    returns this rank's loader state. Each file must have the manifest's sha256."""
+    saved, mine = (torch.load(io.BytesIO(read_checkpoint_file(os.path.join(checkpoint["folder"], name), checkpoint[
+        "files"].get(name, "missing"))), map_location=dist_info.device, weights_only=False)
+                   for name in ("model.pt", "rank_%d.pt" % dist_info.rank))
     base_model.load_state_dict(saved["model"])
     for adam, state in zip(optimizers.adams, saved["adams"]):
         adam.load_state_dict(state)
     for bank, momentum in zip(optimizers.muon.banks, mine["muon"]):  # as saved: load_state_dict would cast bf16
         optimizers.muon.state[bank]["momentum"] = momentum
-    base_model.looping = saved["looping"]
+    base_model.looping, (swa_sum, averages.swa_count) = saved["looping"], saved["swa"]
     base_model.set_qat(saved["qat"])
-    swa_sum, averages.swa_count = saved["swa"]  # the SWA sum lives on the CPU
-    averages.ema, averages.swa_sum = saved["ema"], swa_sum and {k: t.cpu() for k, t in swa_sum.items()}
+    averages.ema, averages.swa_sum = saved["ema"], swa_sum and {k: t.cpu() for k, t in swa_sum.items()}  # CPU sum
     python_rng, numpy_rng, torch_rng, cuda_rng = mine["rng"]
     random.setstate(python_rng)
     np.random.set_state(numpy_rng)
@@ -2891,8 +2876,8 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; "
                        "EMA_ENABLED=0 applies SWA")
         if checkpoint:
-            logger.log("resume: step:%d/%d train_time:%.0fms world_size:%d from:%s" % (
-                step, h.iterations, train_ms, dist_info.world_size, checkpoint["folder"]))
+            logger.log("resume: step:%d/%d train_time:%.0fms from:%s" % (step, h.iterations, train_ms,
+                                                                          checkpoint["folder"]))
         qat_on, signals.deferred = base_model.qat_enabled(), h.checkpoint_on_signal
         sync_device(dist_info)
         t0 = time.perf_counter()
@@ -3107,10 +3092,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
     logger.log("outputs: " + outputs)
 
 def failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, RunStopped):
-        return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (SIGINT): the run stopped"
+    if isinstance(exc, KeyboardInterrupt):  # RunStopped, or Ctrl-C before the handler is set
+        return str(exc) if isinstance(exc, RunStopped) else "interrupted (SIGINT): the run stopped"
     return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
 
 def launch(environ, argv: List[str], world_size: int) -> int:
