@@ -2794,7 +2794,7 @@ def save_checkpoint(h, dist_info, base_model: GPT, optimizers: Optimizers, avera
         write_atomic(os.path.join(temp, "manifest.json"), json.dumps(dict(
             progress, world_size=dist_info.world_size, files=files, config={f.name: getattr(h, f.name) for f in
                                                                            fields(h)}), indent=1).encode())
-        shutil.rmtree(folder, ignore_errors=True)  # a resumed run saving its start step again
+        shutil.rmtree(folder, ignore_errors=True)  # a run resumed from an older checkpoint saves this step again
         os.rename(temp, folder)
         for old in checkpoint_steps(root)[:-h.checkpoint_keep]:
             shutil.rmtree(os.path.join(root, "step_%d" % old))
