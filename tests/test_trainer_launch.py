@@ -108,8 +108,11 @@ def test_ctrl_c_on_a_direct_run_exits_130_with_one_line(tiny_data, tmp_path):
         rest, err = proc.communicate(timeout=60)  # the loader thread stopped too: the process is gone
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err == "interrupted (SIGINT): the run stopped\n", err
-    assert (tmp_path / "logs" / "interrupted.txt").read_text().endswith("error: " + err)
+    # the log's last line says how and when (issue 36): the signal, the UTC time and the last step
+    assert proc.returncode == 130 and re.fullmatch(r"stopped: SIGINT at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d UTC, "
+                                                   r"step:\d+/100000 train_time:\d+ms; no checkpoint "
+                                                   r"\(CHECKPOINT_ON_SIGNAL=1 saves one\)\n", err), err
+    assert (tmp_path / "logs" / "interrupted.txt").read_text().endswith("\n" + err)
 
 
 def test_a_run_id_whose_log_or_outputs_exist_is_refused(tgpt, tiny_data, tmp_path):
