@@ -318,7 +318,7 @@ def test_sparse_attention_gate_scales_each_head_by_its_gate(tgpt):
     attn, weights = model.blocks[2].attn, model.layer_weights(2)
     generator = torch.Generator().manual_seed(4)
     x = torch.randn(2, 16, 64, generator=generator).abs()  # x[:12] . W_h has the sign of W_h's entries
-    rope = model.rope_tables(16, CPU, torch.float32)
+    rope = model.rope_tables(16, CPU, torch.float32) + (None,)  # no cu_seqlens: dense rows
 
     def proj_input():
         seen = Inputs()
