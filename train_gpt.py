@@ -818,7 +818,7 @@ def make_train_loader(h, dist_info, logger, clock: Optional[TrainingClock] = Non
     """A loader from the start of the TRAIN_LOADER (or `order`'s) order, its reads stamped on `clock` (feed.clock); to
     rewind, close() the old one first (no producer runs on)."""
     cuda, paths = dist_info.device.type == "cuda", list_shards(h.train_files, "train")
-    order = h.train_loader if order == "train" else order
+    order, clock = h.train_loader if order == "train" else order, clock or TrainingClock()
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
     rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
     if order == "documents":  # every shard checked before the first batch (a memmap read up to its first BOS)
@@ -849,7 +849,7 @@ def make_train_loader(h, dist_info, logger, clock: Optional[TrainingClock] = Non
                f"pin_memory:{int(pin_memory)} copy_stream:{int(copy_stream)}"
                + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
     feed = DeviceBatchFeed(batches, dist_info.device, copy_stream)
-    feed.clock = clock or TrainingClock()
+    feed.clock = clock
     return feed
 
 def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBatchFeed:

@@ -89,9 +89,9 @@ def reference_micro_steps(paths, world_size, rank, count):
 
 
 def make_h(directory, **overrides):
-    return SimpleNamespace(**dict(train_files=str(directory / "fineweb_train_*.bin"), train_batch_tokens=BATCH_TOKENS,
-                                  train_seq_len=SEQ_LEN, train_prefetch=True, train_prefetch_queue=2,
-                                  train_copy_stream=True, train_loader="documents", **overrides))
+    return SimpleNamespace(**dict(dict(train_files=str(directory / "fineweb_train_*.bin"), train_prefetch=True,
+                                       train_batch_tokens=BATCH_TOKENS, train_seq_len=SEQ_LEN, train_prefetch_queue=2,
+                                       train_copy_stream=True, train_loader="documents"), **overrides))
 
 
 class Logger:
@@ -181,11 +181,16 @@ def test_each_attention_path_equals_the_per_document_softmax(tgpt, backend):
         assert cu[-1] == 200 and cu[-2] == 200 and len(cu) == 64 and (cu.diff() <= 32).all()
         generator = torch.Generator().manual_seed(seed)
         q, k, v = (torch.randn(1, 200, heads, 16, generator=generator, requires_grad=True) for heads in (4, 2, 2))
+        want = per_document_softmax(q, k, v, cu)
         try:
             out = tgpt.document_attention(q, k, v, cu, 32, backend)
         except Exception as exc:  # fa3_varlen / torch_varlen need CUDA kernels; the start-up probe reports this
-            pytest.skip(f"{backend} does not run on this CPU build: {str(exc)[:80]}")
-        want = per_document_softmax(q, k, v, cu)
+            if "backward on CPU" not in str(exc):
+                pytest.skip(f"{backend} does not run on this CPU build: {str(exc)[:80]}")
+            with torch.no_grad():  # FlexAttention on the CPU: forward only (eager has no backward there)
+                out = tgpt.document_attention(q.detach(), k.detach(), v.detach(), cu, 32, backend)
+                assert (out.double() - want).abs().max() < 1e-5
+            continue
         grad = torch.randn(out.shape, generator=generator)
         got_grads = torch.autograd.grad(out, (q, k, v), grad)
         want_grads = torch.autograd.grad(want, (q, k, v), grad.double())
@@ -240,4 +245,5 @@ def test_a_packed_row_of_the_04_27_model_equals_its_documents_alone(tgpt):
     assert (packed - alone).abs().max() < 1e-4 * alone.abs().max()
     assert (dense - alone)[:, 20:].abs().max() > 1e-2 * alone.abs().max()
     targets = torch.randint(0, 1024, row.shape, generator=generator)
-    assert model(row, targets, cu).item() != pytest.approx(model(row, targets).item(), rel=1e-4)
+    want = torch.nn.functional.cross_entropy(model.logits_from_hidden(alone)[0], targets[0])
+    assert model(row, targets, cu).item() == pytest.approx(want.item(), rel=1e-5)  # the training call threads it
