@@ -2775,6 +2775,8 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
     steps, total = dist_info.grad_accum_steps, torch.zeros((), device=dist_info.device)
     for _ in range(steps):
         x, y, *cu_seqlens = loader.next_batch()  # cu_seqlens: TRAIN_LOADER=documents
+        for entries in cu_seqlens:  # any number of segments: one compiled graph (not one per bucket of 64)
+            torch._dynamo.mark_dynamic(entries, 0)
         mark("batch")
         with autocast_context(dist_info):
             loss = model(x, y, *cu_seqlens)
