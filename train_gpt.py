@@ -660,8 +660,8 @@ def document_cu_seqlens(tokens, bos_id: int, max_len: int, bucket: int) -> np.nd
 
 def first_document(path: str, tokens: np.ndarray, need: int) -> int:
     """Where a shard's first BOS is; a shard without one, or without `need` tokens from it, is a DataError."""
-    for begin in range(0, len(tokens), 1 << 20):  # chunks: a memmap is read only up to the first BOS
-        hits = np.flatnonzero(tokens[begin:begin + (1 << 20)] == BOS_ID)
+    for begin in range(0, len(tokens), 1 << 16):  # chunks: a memmap is read only up to the first BOS
+        hits = np.flatnonzero(tokens[begin:begin + (1 << 16)] == BOS_ID)
         if len(hits):
             if begin + hits[0] + need > len(tokens):
                 raise DataError(f"{path}: {len(tokens) - begin - hits[0]} tokens from its first BOS, fewer than the "
