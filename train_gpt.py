@@ -689,8 +689,8 @@ def document_host_batches(paths: Sequence[str], dist_info, row_tokens: int, seq_
         yield buffer[None, :-1], buffer[None, 1:], cu_seqlens.pin_memory() if pin_memory else cu_seqlens
 
 class TrainingClock:
-    """Training time in ms, paused for evaluations; loaders stamp it at each batch they read while it runs, so
-    last_read_ms is when the last training token was read (SPEC_0427 §0.4: GPTQ calibration reads resume it)."""
+    """Training time in ms, paused for evaluations; loaders stamp it at each batch they read, so last_read_ms is
+    when the last training token was read on it (SPEC_0427 §0.4: GPTQ calibration reads resume it)."""
 
     def __init__(self):
         self.started, self.elapsed_ms, self.last_read_ms = None, 0.0, 0.0
@@ -704,9 +704,8 @@ class TrainingClock:
         return self.elapsed_ms
 
     def stamped(self, batches: Iterator[tuple]) -> Iterator[tuple]:
-        for batch in batches:
-            if self.started is not None:  # warm-up reads come before the clock starts
-                self.last_read_ms = self.now_ms()
+        for batch in batches:  # a read while paused gets the paused time; the compile warm-up's reads, 0
+            self.last_read_ms = self.now_ms()
             yield batch
 
 class BackgroundIterator:

@@ -4,6 +4,7 @@ every attention path available here against a per-document softmax written out, 
 equal to its documents run alone."""
 import itertools
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -126,7 +127,7 @@ def test_loader_walks_shards_and_ranks_as_spec_0427_section_3(tgpt, tmp_path, wo
     assert wraps.count(wraps[0]) >= 2  # the list wrapped within the 14 micro-steps
 
 
-def test_loader_reads_are_stamped_on_the_running_clock_only(tgpt, tmp_path):
+def test_loader_reads_are_stamped_with_the_training_clock(tgpt, tmp_path):
     document_shards(tmp_path)
     clock = tgpt.TrainingClock()
     with tgpt.make_train_loader(make_h(tmp_path, train_prefetch=False), tgpt.DistInfo(0, 1, CPU), Logger(),
@@ -137,6 +138,9 @@ def test_loader_reads_are_stamped_on_the_running_clock_only(tgpt, tmp_path):
         loader.next_batch()
         read_ms = clock.last_read_ms
         assert 0.0 < read_ms <= clock.run(False)
+        time.sleep(0.01)
+        loader.next_batch()  # while paused (an evaluation): the paused time
+        assert clock.last_read_ms == clock.now_ms() >= read_ms
 
 
 @pytest.mark.parametrize("tokens, message", [
