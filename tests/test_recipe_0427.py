@@ -32,6 +32,7 @@ SPEC_0427 = {
     "TRAIN_SEQ_LEN": 2048, "EVAL_SEQ_LEN": 2048, "VAL_BATCH_SIZE": 524288, "GPTQ_CALIBRATION_BATCHES": 16,
     "MATRIX_BITS": 6, "EMBED_BITS": 7, "EMBED_CLIP_SIGMAS": 14.0, "QUANTIZER": "gptq", "TTT_ENABLED": True,
     "TIED_EMBED_INIT_STD": 0.005, "BIGRAM_ENABLED": False, "SMEAR_ENABLED": False, "VE_ENABLED": False,
+    "TRAIN_LOADER": "documents", "GPTQ_CALIBRATION_LOADER": "shuffled", "ROPE_NTK": False,  # §3, §8.1, §0.15
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     "TOKENIZER_PATH": "./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model",
     # docs/SPEC_0427.md §0 and docs/recipe_0427.md: the Hessians inside the cap (§0.4); the record's local clipping
