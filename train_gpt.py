@@ -670,18 +670,19 @@ def first_document(path: str, tokens: np.ndarray, need: int) -> int:
     raise DataError(f"{path}: no BOS (id {BOS_ID}) in its {len(tokens)} tokens: TRAIN_LOADER=documents packs "
                     f"BOS-delimited documents")
 
-def document_host_batches(paths: Sequence[str], dist_info, row_tokens: int, seq_len: int,
+def document_host_batches(shards: Sequence[tuple], dist_info, row_tokens: int, seq_len: int,
                           pin_memory: bool) -> Iterator[tuple]:
-    """SPEC_0427 §3 micro-batches of rank r: CPU x, y int64 (1, T) and int32 cu_seqlens (pieces <= seq_len). Every
-    rank reads the same shard, in file order from its first BOS; a micro-step takes WORLD_SIZE spans of T + 1 tokens
-    (rank r the r-th); a shard without room for the next one is left (its tail dropped), the list wraps; no RNG."""
-    span, file_index, tokens = row_tokens + 1, 0, load_data_shard(paths[0])
-    cursor, total = first_document(paths[0], tokens, dist_info.world_size * span), dist_info.world_size * span
+    """SPEC_0427 §3 micro-batches of rank r from (path, memmap) shards: CPU x, y int64 (1, T) and int32 cu_seqlens
+    (pieces <= seq_len). Every rank reads the same shard, in file order from its first BOS; a micro-step takes
+    WORLD_SIZE spans of T + 1 tokens (rank r the r-th); a shard without room for the next one is left (its tail
+    dropped), the list wraps; no RNG. Only the spans are read (no whole-shard load stalls the queue)."""
+    span, file_index, (path, tokens) = row_tokens + 1, 0, shards[0]
+    cursor, total = first_document(path, tokens, dist_info.world_size * span), dist_info.world_size * span
     while True:
         if cursor + total > len(tokens):
-            file_index = (file_index + 1) % len(paths)
-            tokens = load_data_shard(paths[file_index])
-            cursor = first_document(paths[file_index], tokens, total)
+            file_index = (file_index + 1) % len(shards)
+            path, tokens = shards[file_index]
+            cursor = first_document(path, tokens, total)
         buffer = torch.empty(span, dtype=torch.int64, pin_memory=pin_memory)
         buffer.numpy()[:] = tokens[cursor + dist_info.rank * span:cursor + (dist_info.rank + 1) * span]
         cursor += total
@@ -821,12 +822,13 @@ def make_train_loader(h, dist_info, logger, clock: Optional[TrainingClock] = Non
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
     rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
     if order == "documents":  # every shard checked before the first batch (a memmap read up to its first BOS)
+        shards = []
         for path in paths:
             with open(path, "rb") as file:
                 num_tokens = _read_shard_header(path, file)
-            tokens = np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,))
-            first_document(path, tokens, dist_info.world_size * (rows * h.train_seq_len + 1))
-        batches = document_host_batches(paths, dist_info, rows * h.train_seq_len, h.train_seq_len, pin_memory)
+            shards.append((path, np.memmap(path, "<u2", "r", SHARD_HEADER_BYTES, (num_tokens,))))
+            first_document(*shards[-1], dist_info.world_size * (rows * h.train_seq_len + 1))
+        batches = document_host_batches(shards, dist_info, rows * h.train_seq_len, h.train_seq_len, pin_memory)
         kind = f"documents shards:{len(paths)} row_tokens:{rows * h.train_seq_len} max_piece:{h.train_seq_len}"
     elif order == "shuffled":
         if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
