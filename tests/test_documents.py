@@ -251,3 +251,39 @@ def test_a_packed_row_of_the_04_27_model_equals_its_documents_alone(tgpt):
     targets = torch.randint(0, 1024, row.shape, generator=generator)
     want = torch.nn.functional.cross_entropy(model.logits_from_hidden(alone)[0], targets[0])
     assert model(row, targets, cu).item() == pytest.approx(want.item(), rel=1e-5)  # the training call threads it
+
+
+def test_gptq_calibration_on_packed_rows_passes_their_cu_seqlens(tgpt):
+    """GPTQ_CALIBRATION_LOADER=train with TRAIN_LOADER=documents: the Hessians are those of the document-aware
+    forward (the attention output's Hessian differs from the dense forward's)."""
+    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, GPTQ_CALIBRATION_BATCHES="2",
+                                           GPTQ_CALIBRATION_LOADER="train"))
+    model = tgpt.build_model(h, CPU)
+    tgpt.use_kernels(model, "sdpa_cpu", doc_attention="sdpa")
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        model.qo_bank.normal_(0.0, 0.3, generator=generator)
+    rows = []
+    for _ in range(3):
+        ids = torch.randint(2, 1024, (1, 256), generator=generator)
+        ids[0, ::50] = BOS
+        rows.append((ids, ids, torch.from_numpy(tgpt.document_cu_seqlens(ids[0].numpy(), BOS, 64, 64))))
+
+    class Rows:
+        clock = tgpt.TrainingClock()
+
+        def next_batch(self):
+            return rows.pop(0)
+
+        def close(self):
+            pass
+    batches = list(rows)
+    hessians = tgpt.collect_hessians(h, Logger(), model, Rows)
+    packed, dense = tgpt.HessianCollector(), tgpt.HessianCollector()
+    with torch.no_grad():
+        for ids, _, cu in batches[:2]:
+            packed.add(tgpt.rms_norm(model.forward_hidden(ids, packed, cu)), "tok_emb.weight")
+            dense.add(tgpt.rms_norm(model.forward_hidden(ids, dense)), "tok_emb.weight")
+    name = "blocks.3.attn.proj.weight"
+    assert torch.allclose(hessians[name], packed[name] / 2)
+    assert not torch.allclose(hessians[name], dense[name] / 2, rtol=1e-3)
