@@ -303,7 +303,7 @@ def test_parallel_block_adds_both_branches_of_one_input(tgpt):
     h = tiny(tgpt)
     model = randomized(tgpt, h)
     x, x0 = torch.randn(2, 16, 64), torch.randn(2, 16, 64)
-    rope = tgpt.rotary_tables(16, 16, 8, 10000.0, CPU, torch.float32)
+    rope = tgpt.rotary_tables(16, 16, 8, 10000.0, CPU, torch.float32) + (None,)  # dense rows
     for i, parallel in ((4, True), (5, True), (1, False)):
         block, weights = model.blocks[i], model.layer_weights(i)
         assert block.parallel is parallel
@@ -533,8 +533,8 @@ def test_hessians_are_the_spec_inputs_x_transpose_x_summed_over_the_loops(tgpt):
 
 
 class FixedBatches:
-    def __init__(self, batches):
-        self.batches = list(batches)
+    def __init__(self, batches, clock):
+        self.batches, self.clock = list(batches), clock  # the training clock its reads run on (SPEC_0427 §0.4)
 
     def next_batch(self):
         return self.batches.pop(0)
@@ -556,7 +556,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
     model.blocks[3].register_forward_pre_hook(lambda module, args: modes.append(module.training))
 
     def make_loader():
-        loaders.append(FixedBatches(batches))
+        loaders.append(FixedBatches(batches, tgpt.TrainingClock()))
         return loaders[-1]
 
     logger = ListLogger()
@@ -577,7 +577,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
                                          "BIGRAM_VOCAB_SIZE": "1100", "BIGRAM_DIM": "64", "VOCAB_SIZE": "1100",
                                          "VE_DIM": "64", "QUANTIZER": "gptq", "GPTQ_CALIBRATION_BATCHES": "1"})
     model23 = tgpt.build_model(h23, CPU)
-    hessians = tgpt.collect_hessians(h23, ListLogger(), model23, lambda: FixedBatches(batches))
+    hessians = tgpt.collect_hessians(h23, ListLogger(), model23, lambda: FixedBatches(batches, tgpt.TrainingClock()))
     assert torch.equal(hessians["bigram.embed.weight"], torch.eye(64))
     assert torch.equal(hessians["ve_shared.embed.weight"], torch.eye(64))
     _, meta = tgpt.quantize_state_dict(tgpt.unbank_state_dict(model23.state_dict()), h23, hessians)
