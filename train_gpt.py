@@ -7,12 +7,18 @@ import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.distributed.elastic.multiprocessing.errors import record
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import Tensor, nn
+    from torch.distributed.elastic.multiprocessing.errors import record
+except ImportError as missing:  # e.g. `python3 train_gpt.py --help` with a Python that lacks torch: one line
+    if __name__ != "__main__":
+        raise
+    sys.exit("error: %s: this Python (%s) lacks it; run tools/py train_gpt.py (the quick start's Python, with "
+             "requirements.txt installed)" % (missing, sys.executable))
 
 def optional_module(name: str):
     """The module, or None where it is not installed (what needs it checks for None, or runs without it)."""
@@ -244,7 +250,8 @@ class Hyperparameters:
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
+            (stride_max > 0 and not 0 < self.eval_stride <= stride_max,  # stride_max <= 0: the lengths are blamed
+             "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
              "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence"
@@ -2906,6 +2913,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
                              logger.output_dir, make_loader)
         outputs += " model:%s artifact:%s" % tuple(os.path.join(logger.output_dir, name)
                                                    for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
+    for warning in suspicious_env_names(environ):  # again at the end: the start-up warning scrolls out of sight
+        logger.log("WARNING unknown_env: " + warning)
     logger.log("outputs: " + outputs)
 
 def failure_reason(exc: BaseException) -> str:

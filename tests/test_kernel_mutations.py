@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from tgpt_util import tgpt  # noqa: F401  (fixture)
+from tgpt_util import require_triton, tgpt  # noqa: F401  (fixture)
 
 # kernel -> the pointer arguments it may write (its outputs)
 WRITES = {
@@ -65,10 +65,7 @@ def record_launches(tgpt, monkeypatch) -> list:
 
 
 def test_compiled_graph_sees_only_outputs_written(tgpt, monkeypatch):
-    if tgpt.triton is None:
-        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
-            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (.ci/run installs it)")
-        pytest.skip("triton is not installed")
+    require_triton()
     import triton
     from triton.backends.compiler import GPUTarget
     from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors

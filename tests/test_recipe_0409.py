@@ -17,7 +17,8 @@ from torch import nn
 
 from test_eval import ListLogger
 from test_gptq import record_0409_shapes
-from tgpt_util import REPO, TINY_0409_ENV, run_env, tgpt, tiny_data, tiny_data_8192  # noqa: F401 (fixtures)
+from tgpt_util import (REPO, TINY_0409_ENV, require_triton, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
+                       tiny_data_8192)
 
 CPU = torch.device("cpu")
 
@@ -591,6 +592,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
 def test_kernel_probes_run_at_the_model_shapes(tgpt, monkeypatch, backend, repeat):
     """On CUDA the start-up probes get the model's head counts, the GQA repeat the attention backend uses and the
     MLP width (2048 for the 2026-04-09 model), not a fixed small shape."""
+    require_triton()  # without triton the kernels fall back to PyTorch, and the probes are not run
     seen = {}
     monkeypatch.setattr(tgpt, "select_attention_backend", lambda h, dist_info: (backend, "test"))
     monkeypatch.setattr(tgpt, "_probe_qk_kernel", lambda *args: seen.setdefault("qk", args))

@@ -326,7 +326,7 @@ def test_run_sh_test_sh_and_tools_py_use_the_same_interpreter(tmp_path, run_id):
     assert " %s -m torch.distributed.run " % venv_python in command, command
     tested = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True,
                             timeout=120)
-    assert tested.stdout.startswith("+ %s -m pytest tests --version" % venv_python), tested.stdout + tested.stderr
+    assert tested.stdout.startswith("+ %s -m pytest -rs tests --version" % venv_python), tested.stdout + tested.stderr
     py = subprocess.run([str(root / "tools" / "py"), "-c", "import os; print(os.environ['PYTHON'])"], env=env,
                         capture_output=True, text=True, timeout=60)
     assert (py.returncode, py.stdout.strip()) == (0, str(venv_python)), py.stderr
