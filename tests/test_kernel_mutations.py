@@ -5,7 +5,6 @@ writing that input: the XSA backward once did (v through an index helper), and t
 before each call (2.1 ms per step on 1xH100, bench/NOTES.md). This runs the same analysis on every launch of our
 ops, on the CPU (TTIR needs a target, not a GPU), and requires the written set to be exactly the outputs."""
 import inspect
-import os
 
 import pytest
 import torch
