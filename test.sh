@@ -13,4 +13,5 @@ if [ "$PYTHON" = "$PWD/.venv/bin/python" ] && ! "$PYTHON" -c "import triton" >/d
     || { echo "setup: pip install triton failed (see above)" >&2; exit 1; }
 fi
 echo "+ $PYTHON -m pytest -rs tests $*"
-exec env CUDA_VISIBLE_DEVICES="" "$PYTHON" -m pytest -rs tests "$@"
+# PASSIVE: idle OpenMP threads of the in-process tests sleep instead of spinning (the trainer does so when run)
+exec env CUDA_VISIBLE_DEVICES="" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}" "$PYTHON" -m pytest -rs tests "$@"
