@@ -7,12 +7,20 @@ import inspect, lzma, math, os, queue, random, re, shutil, signal, subprocess, s
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.distributed.elastic.multiprocessing.errors import record
+if __name__ == "__main__":  # run, not imported: idle OpenMP threads sleep instead of spinning at every barrier, which
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # on a busy CPU took the cores the other threads needed
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import Tensor, nn
+    from torch.distributed.elastic.multiprocessing.errors import record
+except ImportError as missing:  # e.g. `python3 train_gpt.py --help` with a Python that lacks torch: one line
+    if __name__ != "__main__":
+        raise
+    sys.exit("error: %s: this Python (%s) lacks it; run tools/py train_gpt.py (the quick start's Python, with "
+             "requirements.txt installed)" % (missing, sys.executable))
 
 def optional_module(name: str):
     """The module, or None where it is not installed (what needs it checks for None, or runs without it)."""
@@ -259,7 +267,8 @@ class Hyperparameters:
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
+            (stride_max > 0 and not 0 < self.eval_stride <= stride_max,  # stride_max <= 0: the lengths are blamed
+             "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
              "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence"
@@ -3244,7 +3253,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
                h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr),
             "train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
             % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds),
-            "seed:%d" % h.seed]:
+            "seed:%d" % h.seed, "cpu_threads:%d omp_wait_policy:%s"
+            % (torch.get_num_threads(), environ.get("OMP_WAIT_POLICY", "unset (OpenMP spins)"))]:
         logger.log(line)
     if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
@@ -3260,6 +3270,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
                              logger.output_dir, functools.partial(make_loader, order=h.gptq_calibration_loader))
         outputs += " model:%s artifact:%s" % tuple(os.path.join(logger.output_dir, name)
                                                    for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
+    for warning in suspicious_env_names(environ):  # again at the end: the start-up warning scrolls out of sight
+        logger.log("WARNING unknown_env: " + warning)
     logger.log("outputs: " + outputs)
 
 def failure_reason(exc: BaseException) -> str:

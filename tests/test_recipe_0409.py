@@ -17,7 +17,8 @@ from torch import nn
 
 from test_eval import ListLogger
 from test_gptq import record_0409_shapes
-from tgpt_util import REPO, TINY_0409_ENV, run_env, tgpt, tiny_data, tiny_data_8192  # noqa: F401 (fixtures)
+from tgpt_util import (REPO, TINY_0409_ENV, require_triton, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
+                       tiny_data_8192)
 
 CPU = torch.device("cpu")
 
@@ -85,18 +86,19 @@ def test_config_lines_show_the_recipe_and_its_resolved_values(tgpt):
     assert len(config) == len(tgpt.fields(tgpt.Hyperparameters))
 
 
-def test_readme_recipe_table_names_every_setting_the_recipe_changes(tgpt):
-    """README's Configuration table lists each setting whose 2026-04-09 value differs from the default, with it."""
+@pytest.mark.parametrize("recipe,column", [("2026-04-09", -3), ("2026-04-27", -2)])
+def test_readme_recipe_table_names_every_setting_the_recipe_changes(tgpt, recipe, column):
+    """README's recipe table lists each setting whose recipe value differs from the default, with it."""
     readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 |"):]
+    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 | 2026-04-27 |"):]
     table = table[:table.index("\n\n")]
-    for name, value in tgpt.RECIPES["2026-04-09"].items():
+    for name, value in tgpt.RECIPES[recipe].items():
         default = getattr(tgpt.Hyperparameters, name)
         if value != default:
             row = next((line for line in table.splitlines() if "`%s`" % name.upper() in line), None)
             assert row is not None, name.upper()
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                assert "%g" % value in row.split("|")[-2], (name, row)
+                assert "%g" % value in row.split("|")[column], (name, row)
 
 
 def test_recipe_settings_are_checked_at_start_up(tgpt):
@@ -591,6 +593,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
 def test_kernel_probes_run_at_the_model_shapes(tgpt, monkeypatch, backend, repeat):
     """On CUDA the start-up probes get the model's head counts, the GQA repeat the attention backend uses and the
     MLP width (2048 for the 2026-04-09 model), not a fixed small shape."""
+    require_triton()  # without triton the kernels fall back to PyTorch, and the probes are not run
     seen = {}
     monkeypatch.setattr(tgpt, "select_attention_backend", lambda h, dist_info: (backend, "test"))
     monkeypatch.setattr(tgpt, "_probe_qk_kernel", lambda *args: seen.setdefault("qk", args))

@@ -54,7 +54,8 @@ def test_help_lists_every_setting_with_type_default_and_help_and_starts_nothing(
                      re.MULTILINE)
     # the help comes from each field's own line: the comment of COMPRESSOR's line, under its group's heading
     assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact: ans \(rANS-coded quantized tensors\), "
-                     r"brotli \(quality 11\) or lzma \(preset 6\) \[default: brotli\] \[2026-04-09: ans\] \[2026-04-27: ans\]$",
+                     r"brotli \(quality 11\) or lzma \(preset 6\) \[default: brotli\] \[2026-04-09: ans\] "
+                     r"\[2026-04-27: ans\]$",
                      out.stdout, re.MULTILINE), out.stdout
 
 
