@@ -239,11 +239,8 @@ class Hyperparameters:
             ve_error = "VE_LAYERS=%r must be distinct layer indices in [0, %d)" % (self.ve_layers, self.num_layers)
         except ValueError:
             ve_bad, ve_error = True, "VE_LAYERS=%r: expected comma-separated integers like '9,10'" % self.ve_layers
-        try:
-            phases = self.ttt_phase_boundaries
-            phases_bad = any(b <= a for a, b in zip((0,) + phases, phases))
-        except ValueError:
-            phases_bad = True
+        phases = [part.strip() for part in self.ttt_phase_docs.split(",") if part.strip()]
+        phases_bad = not all(map(str.isdigit, phases)) or any(int(b) <= int(a) for a, b in zip(["0"] + phases, phases))
         lanes = [tuple([i >= self.parallel_start_layer for i in part] for part in order) for order in
                  layer_orders(self).values()]  # per looping mode, (encoder, decoder) blocks that would run two lanes
         gates = self.smear_gate_enabled or self.sparse_attn_gate_enabled
