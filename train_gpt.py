@@ -331,8 +331,6 @@ class Hyperparameters:
         if errors:
             raise ConfigError(errors)
 
-    ttt_phase_boundaries = property(lambda self: tuple(int(part) for part in self.ttt_phase_docs.split(",")
-                                                       if part.strip()))
     ve_layer_indices = property(lambda self: tuple(int(part) for part in self.ve_layers.split(",") if part.strip())
                                 if self.ve_enabled else ())
     effective_eval_seq_len = property(lambda self: self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len)
@@ -2396,8 +2394,7 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
         window = first + end - width  # the row's first target: tokens [window, window + width) are its inputs
         seq_len = lora_context((step + 1) * chunk, ctx)
         positions = torch.arange(seq_len, device=device)
-        inputs = tokens[(window[:, None] + positions).clamp_max(tokens.numel() - 1)]
-        x = torch.where(positions < width[:, None], inputs, 0)
+        x = torch.where(positions < width[:, None], tokens[(window[:, None] + positions) % tokens.numel()], 0)
         picks = (width[:, None] - chunk + offsets).clamp_min(0)
         scored, targets = offsets >= chunk - new[:, None], window[:, None] + picks
         with autocast_context(dist_info):
@@ -2450,8 +2447,7 @@ def global_sgd_phase(h, dist_info, model: GPT, tokens: Tensor, spans: Tensor, do
         begin = chunk * h.ttt_chunk_tokens
         train_on_chunk(h, dist_info, model, optimizer, trainable, frozen_bank_rows, stream, begin,
                        begin + h.ttt_chunk_tokens)
-    for param in model.requires_grad_(False).parameters():
-        param.grad = None
+    model.requires_grad_(False).zero_grad(set_to_none=True)
     return stream.numel()
 
 def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_bytes) -> tuple:
@@ -2462,7 +2458,8 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     spans = document_spans(tokens)
     queue, order = ttt_queue(spans, h.ttt_doc_batch)
     counts = np.cumsum([docs.numel() for docs in queue])
-    phases = [(int(np.searchsorted(counts, docs)) + 1, docs) for docs in h.ttt_phase_boundaries if docs <= counts[-1]]
+    boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
+    phases = [(int(np.searchsorted(counts, docs)) + 1, docs) for docs in boundaries if docs <= counts[-1]]
     phases = [phase for phase in phases if phase[0] < len(queue)]  # (batches scored before it, its documents)
     logger.log(f"ttt_phased:start docs:{len(spans)} batches:{len(queue)} phases:{phases} "
                f"lora_rank:{h.ttt_lora_rank} chunk:{h.ttt_lora_chunk} context:{h.effective_eval_seq_len}")
