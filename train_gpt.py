@@ -2411,7 +2411,7 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
     the adapters' first draw; the RoPE tables of those lengths are made first, by eager code."""
     ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
     generator = torch.Generator(device).manual_seed(h.seed)
-    for seq_len in sorted({lora_context(end, ctx) for end in range(1, ctx + 1)}):
+    for seq_len in sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)}):
         model.rope_tables(seq_len, device, model.tok_emb.weight.dtype)
         x = torch.randint(0, h.vocab_size, (rows, seq_len + 1), device=device, generator=generator)
         picks = seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device).expand(rows, -1)

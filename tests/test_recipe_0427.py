@@ -375,7 +375,7 @@ def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
     env = dict(TINY_0427_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"],
                TOKENIZER_PATH=tiny_data["env"]["TOKENIZER_PATH"], MODEL_DIM="128", MLP_MULT="5", ITERATIONS="12",
                TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2", TTT_CHUNK_TOKENS="1024",
-               EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="16", TTT_LORA_CHUNK="64",
+               EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="4", TTT_LORA_CHUNK="64",
                TTT_PHASE_DOCS="2")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
                          capture_output=True, text=True, timeout=600)

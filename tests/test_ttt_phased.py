@@ -37,13 +37,17 @@ def spec_phases(tokens, batch: int, boundaries):
     return docs, queue, phases
 
 
+@pytest.fixture(scope="module")
+def base(tgpt):
+    return run_phased(tgpt, synthetic_tokens())
+
+
 def first_call_scoring(record, targets: set) -> int:
     return next(i for i, (scored, _) in enumerate(record["scores"]) if targets & set(scored.tolist()))
 
 
-def test_each_target_is_scored_once_and_the_phases_run(tgpt):
-    tokens = synthetic_tokens()
-    record = run_phased(tgpt, tokens)
+def test_each_target_is_scored_once_and_the_phases_run(base):
+    tokens, record = synthetic_tokens(), base
     scored = torch.cat([targets for targets, _ in record["scores"]])
     assert torch.equal(scored.sort().values, torch.arange(tokens.numel() - 1))  # every target, once
     nll = torch.cat([values for _, values in record["scores"]]).double()
@@ -66,13 +70,12 @@ def assert_same_scores_before(base, other, call: int):
         assert torch.equal(targets_a, targets_b) and torch.equal(nll_a, nll_b)
 
 
-def test_scores_never_depend_on_later_chunks_or_later_documents(tgpt):
+def test_scores_never_depend_on_later_chunks_or_later_documents(tgpt, base):
     """Redrawing the tokens of a document's third chunk changes no score made before that chunk is scored (its own
     first two chunks included) nor any other document's score in its batch; redrawing a document scored after both
     phases changes no earlier score; redrawing one that phase 1 trains on does change later documents' scores."""
     tokens, chunk = synthetic_tokens(), 16
     docs, queue, phases = spec_phases(tokens, 3, (3, 7))
-    base = run_phased(tgpt, tokens)
     long_doc = next(d for d in queue[0] if docs[d][1] - docs[d][0] > 3 * chunk)
     first = docs[long_doc][0] + 2 * chunk  # targets [first, first + 16) = tokens [first + 1, first + 17)
     other = run_phased(tgpt, perturbed(tokens, first + 1, first + chunk + 1))
