@@ -2413,10 +2413,11 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
     generator = torch.Generator(device).manual_seed(h.seed)
     for seq_len in sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)}):
         model.rope_tables(seq_len, device, model.tok_emb.weight.dtype)
-        x = torch.randint(0, h.vocab_size, (rows, seq_len + 1), device=device, generator=generator)
-        picks = seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device).expand(rows, -1)
-        with autocast_context(dist_info):
-            nll = nll_fn(x[:, :-1], x[:, 1:].gather(1, picks), picks)
+        x, y = (torch.randint(0, h.vocab_size, (rows, n), device=device, generator=generator)
+                for n in (seq_len, h.ttt_lora_chunk))
+        picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(rows, 1)
+        with autocast_context(dist_info):  # contiguous inputs like the steps' (a compiled graph guards strides)
+            nll = nll_fn(x, y, picks)
         nll.mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
