@@ -3,8 +3,8 @@ Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env 
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
-import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
-from dataclasses import dataclass, fields
+import lzma, math, os, queue, random, re, shutil, signal, subprocess, sys, threading, time, uuid
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,7 +30,7 @@ triton, tl = optional_module("triton"), optional_module("triton.language")  # th
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
-                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
+                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "CHECKPOINT_")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
 COMPRESSORS = ("ans", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
@@ -76,6 +76,11 @@ class Hyperparameters:
     allow_tokenizer_mismatch: bool = False  # 1: use a tokenizer that DATA_PATH's manifest.json does not name
     run_id: str = ""  # names logs/<RUN_ID>.txt and the outputs folder logs/<RUN_ID>/; empty: a fresh uuid4
     seed: int = 1337  # RNG seed of the model init (and of the shuffled loader with rank_and_seed)
+    # Checkpoints and resume (docs/checkpoint.md): logs/<RUN_ID>/checkpoints/step_<N>/
+    checkpoint_every: int = 0  # save a checkpoint every N training steps; 0: off
+    checkpoint_on_signal: bool = False  # 1: SIGTERM/SIGINT save one at the end of the current step, then stop
+    checkpoint_keep: int = 2  # checkpoints kept (the newest); older ones are deleted
+    resume: str = ""  # a checkpoint folder, or latest (of RUN_ID's): continue that run in its log and outputs
     # Schedule and batch
     iterations: int = 9000  # training steps (fewer when the wallclock cap stops the run)
     warmup_steps: int = 20  # compile warm-up steps (and as many looped ones), then model, optimizer, data rewound
@@ -299,8 +304,10 @@ class Hyperparameters:
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas ttt_lora_alpha ttt_lora_lr"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches ttt_lora_rank ttt_doc_batch ttt_lora_chunk"),
-            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops ttt_lora_wd"),
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch "
+                     "ttt_lora_chunk"),
+            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"),
+            ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every ttt_lora_wd"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
@@ -356,6 +363,27 @@ class ConfigError(RunFailure, ValueError):
 
 class DataError(RunFailure, ValueError):
     """A dataset, tokenizer or artifact file that cannot be used; the message names the file."""
+
+class CheckpointError(RunFailure):
+    """RESUME's checkpoint is missing, incomplete, corrupted or of another run's settings or world size."""
+
+class RunStopped(KeyboardInterrupt):
+    """SIGTERM/SIGINT stopped the run (exit 128 + signal number); the message is the log's last line."""
+    def __init__(self, signum: int, where: str, checkpoint: str = ""):
+        super().__init__("stopped: %s at %s UTC, %s; %s" % (
+            signal.Signals(signum).name, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), where,
+            "checkpoint " + checkpoint if checkpoint else "no checkpoint (CHECKPOINT_ON_SIGNAL=1 saves one)"))
+        self.exit_code = 128 + signum
+
+class StopSignal:
+    """The SIGTERM/SIGINT handler: raises RunStopped where the main thread is, unless the training loop defers it
+    (CHECKPOINT_ON_SIGNAL=1); then it is only noted, and the loop saves a checkpoint at the step's end and stops."""
+    def __init__(self):
+        self.signum, self.deferred, self.where = None, False, "before training"
+    def __call__(self, signum: int, frame) -> None:
+        self.signum = signum
+        if not self.deferred:
+            raise RunStopped(signum, self.where)
 
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
 ENV_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -452,17 +480,18 @@ def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
 
 class Logger:
-    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused."""
-    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
+    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused,
+    except by a resume, which appends to its run's log."""
+    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str, resume: bool = False):
         self.path, self.output_dir = os.path.join(log_dir, run_id + ".txt"), os.path.join(log_dir, run_id)
         self._file = None
         if dist_info.is_main:
             os.makedirs(log_dir, exist_ok=True)
             taken = [path for path in (self.path, self.output_dir) if os.path.exists(path)]
-            if taken:
+            if taken and not resume:
                 raise ConfigError(["RUN_ID=%s: %s already exists (an earlier run's): choose another RUN_ID or move "
                                    "it away" % (run_id, taken[0])])
-            self._file = open(self.path, "x", encoding="utf-8")  # "x": never append to another run's log
+            self._file = open(self.path, "a" if resume else "x", encoding="utf-8")  # "x": not another run's log
             print("logfile:" + self.path, flush=True)
 
     def log(self, msg: str, console: bool = True) -> None:
@@ -566,11 +595,15 @@ def list_shards(pattern: str, what: str) -> List[str]:
         raise DataError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
     return paths
 
+# A train host source yields (x, y, state): passed back as make_train_loader's `state`, `state` restarts the source
+# right after that batch (DeviceBatchFeed.state_dict() is the state of the last batch handed out; checkpoints).
 def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len: int,
-                            pin_memory: bool) -> Iterator[tuple]:
+                            pin_memory: bool, state: Sequence[int] = (0, 0)) -> Iterator[tuple]:
     """SPEC §3 micro-batches of rank r: CPU int64 (x, y) of (rows, seq_len), views of the r-th of the world_size spans
-    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps."""
-    span, file_index, position, tokens = rows * seq_len + 1, 0, 0, load_data_shard(paths[0])
+    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps.
+    state: (shard index, token position) where the next micro-step starts."""
+    span, (file_index, position) = rows * seq_len + 1, state
+    tokens = load_data_shard(paths[file_index])
     mine, total = dist_info.rank * span, dist_info.world_size * span  # this rank's offset in a micro-step's tokens
     while True:
         buffer = torch.empty(span, dtype=torch.int64, pin_memory=pin_memory)
@@ -588,7 +621,7 @@ def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len:
             if start < stop:
                 buffer.numpy()[start - mine:stop - mine] = tokens[position + start - done:position + stop - done]
             position, done, loads_without_tokens = position + step, done + step, 0
-        yield buffer[:-1].view(rows, seq_len), buffer[1:].view(rows, seq_len)
+        yield buffer[:-1].view(rows, seq_len), buffer[1:].view(rows, seq_len), (file_index, position)
 
 class ShuffledSequences:
     """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
@@ -608,12 +641,20 @@ class ShuffledSequences:
 
     def _reset_all(self) -> None:
         """A fresh phase, then a fresh permutation, per shard in file order (SPEC_0409 §3's RNG call order)."""
-        self.starts = []
+        self.starts, self.reset_rng = [], self.rng.bit_generator.state
         for tokens in self.tokens:
             max_phase = min(self.seq_len - 1, max(0, len(tokens) - self.seq_len - 1))
             phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
             self.starts.append(phase + self.rng.permutation((len(tokens) - 1 - phase) // self.seq_len) * self.seq_len)
         self.left = np.array([len(starts) for starts in self.starts], dtype=np.float64)  # the record's choice weights
+
+    def state_dict(self) -> dict:  # the RNG state before the last reset (it redraws the permutations), now, and left
+        return {"reset_rng": self.reset_rng, "rng": self.rng.bit_generator.state, "left": self.left.tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["reset_rng"]
+        self._reset_all()
+        self.rng.bit_generator.state, self.left = state["rng"], np.array(state["left"], dtype=np.float64)
 
     def plan(self, rows: int) -> List[tuple]:
         """(shard, start) of the next `rows` sequences (all the RNG draws); a shard's starts pop from the end."""
@@ -641,7 +682,7 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
     while True:
         batch = torch.empty((2, rows, sampler.seq_len), dtype=torch.int64, pin_memory=pin_memory)
         sampler.gather(sampler.plan(rows), batch.numpy())
-        yield batch[0], batch[1]
+        yield batch[0], batch[1], sampler.state_dict()
 
 BOS_ID = 1  # SPEC §2: every document in a shard starts with <s> (id 1)
 
@@ -697,25 +738,26 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     plus, on CUDA, timing events around each batch's wait or copy on the compute stream."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
-        self.source, self.device, self.pending, self.closed = source, device, None, False
+        self.source, self.device, self.pending, self.closed, self.state = source, device, None, False, None
         self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" and use_copy_stream else None
         self.host_wait_seconds, self.event_pairs = 0.0, []
 
     def _fetch(self) -> tuple:
-        """(host tensors, device copies, ready event) of the next source item; both None without a copy stream."""
+        """(host tensors, device copies, ready event, a train source's state) of the next item (copies: see below)."""
         start = time.perf_counter()
-        host = next(self.source)
+        item = next(self.source)
+        host, state = tuple(item[:2]), (item[2] if len(item) > 2 else None)
         self.host_wait_seconds += time.perf_counter() - start
         if self.copy_stream is None:
-            return host, None, None
+            return host, None, None, state
         with torch.cuda.stream(self.copy_stream):
             copies = tuple(tensor.to(self.device, non_blocking=True) for tensor in host)
-        return host, copies, self.copy_stream.record_event()
+        return host, copies, self.copy_stream.record_event(), state
 
     def __next__(self) -> tuple:
         if self.closed:
             raise RuntimeError("batch feed is closed")
-        host, copies, ready = self.pending or self._fetch()
+        host, copies, ready, self.state = self.pending or self._fetch()
         try:
             self.pending = self._fetch()
         except StopIteration:
@@ -736,6 +778,9 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def next_batch(self) -> tuple:
         return next(self)[1]
 
+    def state_dict(self):  # the source's state after the last batch handed out (the producer runs ahead)
+        return self.state
+
     def take_wait_stats(self) -> tuple:
         """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
         stats = (1000.0 * self.host_wait_seconds, self.event_pairs)
@@ -749,8 +794,9 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer runs on)."""
+def make_train_loader(h, dist_info, logger, state=None) -> DeviceBatchFeed:
+    """A loader from the start of the TRAIN_LOADER order (or a state_dict()'s batch); to rewind, close() the old one
+    first (no producer runs on)."""
     cuda, paths = dist_info.device.type == "cuda", list_shards(h.train_files, "train")
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
     rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
@@ -761,11 +807,14 @@ def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
         seed = dist_info.rank if h.train_shuffle_seed == "rank" else np.random.SeedSequence(h.seed, spawn_key=(
             dist_info.rank,))  # rank_and_seed: NumPy's spawn(WORLD_SIZE)[rank] of SeedSequence(SEED)
         sampler = ShuffledSequences(paths[dist_info.rank::dist_info.world_size], h.train_seq_len, seed)
+        if state is not None:
+            sampler.load_state_dict(state)
         batches = shuffled_host_batches(sampler, rows, pin_memory)
         kind = (f"shuffled shards:{len(sampler.paths)}/{len(paths)} sequences:{int(sampler.left.sum())} "
                 f"seed:{h.train_shuffle_seed}")
     else:
-        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory), "sequential"
+        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory,
+                                                state or (0, 0)), "sequential"
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
@@ -2932,16 +2981,136 @@ class TrainTelemetry:
         self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
             self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
 
+# A checkpoint, logs/<RUN_ID>/checkpoints/step_<N>/: model.pt (rank 0's weights, Adam states, EMA/SWA, looping and
+# late-QAT switches), rank_<r>.pt (rank r's Muon momentum rows, loader state, RNG states) and manifest.json (step,
+# train time, world size, resolved config, each file's sha256), written last in step_<N>.tmp, renamed whole.
+RESUME_FREE_FIELDS = set("run_id resume checkpoint_every checkpoint_on_signal checkpoint_keep train_prefetch "
+                         "train_prefetch_queue train_copy_stream val_prefetch val_prefetch_queue val_copy_stream "
+                         "val_progress_log_every training_timing_breakdown training_timing_every train_log_every "
+                         "val_loss_every final_eval".split())  # a resume may change these: not the training math
+
+def checkpoint_steps(root: str) -> List[int]:
+    return sorted(int(name[5:]) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)) \
+        if os.path.isdir(root) else []
+
+def write_atomic(path: str, obj) -> None:
+    """bytes, or torch.save of obj, into path + .tmp, synced, then renamed onto path."""
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(obj) if isinstance(obj, bytes) else torch.save(obj, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)
+
+def save_checkpoint(h, dist_info, base_model: GPT, optimizers: Optimizers, averages, loader, progress: dict) -> str:
+    """progress: step, train_ms and stop_early (the wallclock cap's verdict) of the step just ended."""
+    root = os.path.join("logs", h.run_id, "checkpoints")
+    folder = os.path.join(root, "step_%d" % progress["step"])
+    temp = folder + ".tmp"
+    if dist_info.is_main:
+        shutil.rmtree(temp, ignore_errors=True)  # a save that died half-way
+        os.makedirs(temp)
+    barrier(dist_info)
+    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+           torch.cuda.get_rng_state(dist_info.device) if dist_info.is_cuda else None)
+    write_atomic(os.path.join(temp, "rank_%d.pt" % dist_info.rank), dict(
+        muon=[optimizers.muon.state[bank]["momentum"] for bank in optimizers.muon.banks], loader=loader.state_dict(),
+        rng=rng))
+    if dist_info.is_main:
+        write_atomic(os.path.join(temp, "model.pt"), dict(
+            model=base_model.state_dict(), adams=[adam.state_dict() for adam in optimizers.adams], ema=averages.ema,
+            swa=(averages.swa_sum, averages.swa_count), looping=base_model.looping, qat=base_model.qat_enabled()))
+    barrier(dist_info)  # every rank's file is in place
+    if dist_info.is_main:
+        files = {name: hashlib.sha256(read_checkpoint_file(os.path.join(temp, name))).hexdigest()
+                 for name in sorted(os.listdir(temp))}
+        write_atomic(os.path.join(temp, "manifest.json"), json.dumps(dict(
+            progress, world_size=dist_info.world_size, files=files, config={f.name: getattr(h, f.name) for f in
+                                                                           fields(h)}), indent=1).encode())
+        shutil.rmtree(folder, ignore_errors=True)  # a run resumed from an older checkpoint saves this step again
+        os.rename(temp, folder)
+        for old in checkpoint_steps(root)[:-h.checkpoint_keep]:
+            shutil.rmtree(os.path.join(root, "step_%d" % old))
+    barrier(dist_info)
+    return folder
+
+def read_checkpoint_file(path: str, sha256: str = "") -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise CheckpointError("checkpoint file %s: %s" % (path, exc.strerror)) from None
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointError("checkpoint file %s (%d bytes): its sha256 is not manifest.json's: truncated or "
+                              "corrupted" % (path, len(data)))
+    return data
+
+def resolve_resume(h: Hyperparameters, environ, world_size: int) -> Tuple[Hyperparameters, Optional[dict]]:
+    """RESUME's manifest (+ folder), checked against this launch's settings and world size, and h with the
+    checkpoint's RUN_ID; without RESUME: (h, None). RESUME=latest: RUN_ID's newest checkpoint."""
+    if not h.resume:
+        return h, None
+    folder, root = h.resume, os.path.join("logs", h.run_id, "checkpoints")
+    if folder == "latest" and ("RUN_ID" not in environ or not checkpoint_steps(root)):
+        raise CheckpointError("RESUME=latest: no checkpoint in %s (it continues the run named by RUN_ID)" % root)
+    folder = os.path.join(root, "step_%d" % checkpoint_steps(root)[-1]) if folder == "latest" else folder
+    try:
+        manifest = json.loads(read_checkpoint_file(os.path.join(folder, "manifest.json")))
+        saved, world, _ = manifest["config"], manifest["world_size"], (manifest["step"], manifest["train_ms"])
+    except (CheckpointError, ValueError, LookupError, TypeError) as exc:
+        raise CheckpointError("RESUME=%s: not a complete checkpoint folder (%s)" % (h.resume, exc)) from None
+    changed = ["%s=%r (checkpoint: %r)" % (f.name.upper(), getattr(h, f.name), saved.get(f.name)) for f in fields(h)
+               if f.name not in RESUME_FREE_FIELDS and getattr(h, f.name) != saved.get(f.name)]
+    for failed, message in [
+            (environ.get("RUN_ID", saved["run_id"]) != saved["run_id"], "is run %s's checkpoint, not RUN_ID=%s's"
+             % (saved["run_id"], h.run_id)),
+            (world != world_size, "was written by %d ranks, this launch has WORLD_SIZE=%d: a resume keeps the world "
+             "size (each rank's Muon rows and data order are its own)" % (world, world_size)),
+            (changed, ": the settings differ from the checkpoint's run in %s: a resume must train the same way"
+             % ", ".join(changed))]:
+        if failed:
+            raise CheckpointError("RESUME=%s%s%s" % (folder, "" if message[0] == ":" else " ", message))
+    return replace(h, run_id=saved["run_id"]), dict(manifest, folder=folder)
+
+def load_checkpoint(dist_info, checkpoint: dict, base_model: GPT, optimizers: Optimizers, averages):
+    """Restores the weights, optimizer states, EMA/SWA, switches and RNG states (over the warm-up's restored state);
+    returns this rank's loader state. Each file must have the manifest's sha256."""
+    saved, mine = (torch.load(io.BytesIO(read_checkpoint_file(os.path.join(checkpoint["folder"], name), checkpoint[
+        "files"].get(name, "missing"))), map_location=dist_info.device, weights_only=False)
+                   for name in ("model.pt", "rank_%d.pt" % dist_info.rank))
+    base_model.load_state_dict(saved["model"])
+    for adam, state in zip(optimizers.adams, saved["adams"]):
+        adam.load_state_dict(state)
+    for bank, momentum in zip(optimizers.muon.banks, mine["muon"]):  # as saved: load_state_dict would cast bf16
+        optimizers.muon.state[bank]["momentum"] = momentum
+    base_model.looping, (swa_sum, averages.swa_count) = saved["looping"], saved["swa"]
+    base_model.set_qat(saved["qat"])
+    averages.ema, averages.swa_sum = saved["ema"], swa_sum and {k: t.cpu() for k, t in swa_sum.items()}  # CPU sum
+    python_rng, numpy_rng, torch_rng, cuda_rng = mine["rng"]
+    random.setstate(python_rng)
+    np.random.set_state(numpy_rng)
+    torch.set_rng_state(torch_rng.cpu())
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state(cuda_rng.cpu(), dist_info.device)
+    return mine["loader"]
+
 def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
-          optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
+          optimizers: Optimizers, val: ValidationData, make_loader, signals: StopSignal,
+          checkpoint: Optional[dict]) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
-    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
+    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop; checkpoints (off the
+    clock) every CHECKPOINT_EVERY steps and, with CHECKPOINT_ON_SIGNAL, when any rank got SIGTERM/SIGINT."""
     averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
-    with make_loader() as loader:
+    loader_state = checkpoint and load_checkpoint(dist_info, checkpoint, base_model, optimizers, averages)
+    train_ms, step, stop_early = (checkpoint["train_ms"], checkpoint["step"], checkpoint["stop_early"]) \
+        if checkpoint else (0.0, 0, False)
+    with make_loader(state=loader_state) as loader:
         if h.swa_enabled and h.ema_enabled:
             logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; "
                        "EMA_ENABLED=0 applies SWA")
-        train_ms, step, stop_early, qat_on = 0.0, 0, False, h.qat_enabled
+        if checkpoint:
+            logger.log("resume: step:%d/%d train_time:%.0fms from:%s" % (step, h.iterations, train_ms,
+                                                                          checkpoint["folder"]))
+        qat_on, signals.deferred = base_model.qat_enabled(), h.checkpoint_on_signal
         sync_device(dist_info)
         t0 = time.perf_counter()
         while True:
@@ -2989,7 +3158,22 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
                 telemetry.drain()
             capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
-            stop_early = all_reduce_(torch.tensor(float(capped), device=dist_info.device), dist_info, "max").item() > 0
+            signals.where = "step:%d/%d train_time:%.0fms" % (step, h.iterations, approx_ms)
+            verdict = torch.tensor([float(capped), float(signals.signum or 0)], device=dist_info.device)
+            capped_anywhere, signum = all_reduce_(verdict, dist_info, "max").tolist()
+            stop_early, signum = capped_anywhere > 0, int(signum)
+            if signum or (h.checkpoint_every > 0 and step % h.checkpoint_every == 0):
+                sync_device(dist_info)
+                train_ms += 1000.0 * (time.perf_counter() - t0)
+                folder = save_checkpoint(h, dist_info, base_model, optimizers, averages, loader,
+                                         dict(step=step, train_ms=train_ms, stop_early=stop_early))
+                logger.log("checkpoint: step:%d/%d train_time:%.0fms path:%s" % (step, h.iterations, train_ms, folder))
+                if signum:  # every rank stops at this step, whichever got the signal
+                    raise RunStopped(signum, signals.where, folder)
+                t0 = time.perf_counter()
+    signals.deferred, signals.where = False, "in the final evaluation, after step:%d/%d" % (step, h.iterations)
+    if signals.signum:  # it came during the last validation
+        raise RunStopped(signals.signum, signals.where)
     if stop_early and step < h.iterations:
         logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
     telemetry.summary(step, train_ms)
@@ -3097,7 +3281,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
                % (1000.0 * (time.perf_counter() - eval_started)))
     return results
 
-def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signals: StopSignal,
+        checkpoint: Optional[dict]) -> None:
     code = read_own_source()
     code_bytes = len(pack_source(code)) if brotli is not None else len(code.encode("utf-8"))  # the counted bytes
     log_run_header(logger, h, code, code_bytes, environ)
@@ -3136,7 +3321,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
     optimizers = Optimizers(h, base_model, dist_info)
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
-    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
+    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader, signals, checkpoint)
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
@@ -3149,8 +3334,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
     logger.log("outputs: " + outputs)
 
 def failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (SIGINT): the run stopped"
+    if isinstance(exc, KeyboardInterrupt):  # RunStopped, or Ctrl-C before the handler is set
+        return str(exc) if isinstance(exc, RunStopped) else "interrupted (SIGINT): the run stopped"
     return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
 
 def launch(environ, argv: List[str], world_size: int) -> int:
@@ -3164,16 +3349,20 @@ def launch(environ, argv: List[str], world_size: int) -> int:
                          "train_gpt.py); python train_gpt.py --help lists them" % argv[0], exit_code=2)
     h = Hyperparameters.from_env(environ)
     h.validate_for_world(world_size)
+    h, checkpoint = resolve_resume(h, environ, world_size)
     dist_info = init_distributed(environ)
-    logger = Logger(dist_info, "logs", h.run_id)
+    logger, signals = Logger(dist_info, "logs", h.run_id, resume=checkpoint is not None), StopSignal()
+    handlers = {signum: signal.signal(signum, signals) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        run(h, dist_info, logger, environ)
+        run(h, dist_info, logger, environ, signals, checkpoint)
         barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
     except BaseException as exc:  # the log ends with the reason too; main() tells the console
-        logger.log("error: " + failure_reason(exc), console=False)
+        logger.log(("" if isinstance(exc, RunStopped) else "error: ") + failure_reason(exc), console=False)
         raise
     finally:
         logger.close()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
@@ -3198,7 +3387,7 @@ def main() -> int:
         status = failure.exit_code
     except KeyboardInterrupt as interrupt:
         print(failure_reason(interrupt), file=sys.stderr, flush=True)
-        status = 130
+        status = getattr(interrupt, "exit_code", 130)
     except Exception:
         time.sleep(grace * (1 + (rank > 0)))
         raise

@@ -496,8 +496,8 @@ def test_train_loop_switches_looping_by_fraction_and_stops_at_the_reserve(tgpt, 
     monkeypatch.setattr(tgpt, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(tgpt, "run_micro_steps", stepping)
     monkeypatch.setattr(tgpt.Optimizers, "set_schedule", observed_set_schedule)
-    tgpt.train(h, dist_info, logger, model, model, optimizers, val, lambda: tgpt.make_train_loader(h, dist_info,
-                                                                                                  logger))
+    tgpt.train(h, dist_info, logger, model, model, optimizers, val,
+               lambda state=None: tgpt.make_train_loader(h, dist_info, logger, state), tgpt.StopSignal(), None)
     assert looping == [False, False, False, True, True, True] and model.looping
     assert scales == pytest.approx([1.0, 1.0, 1.0, 1.0, 2 / 3, 0.4])
     assert "layer_loop:enabled step:3 frac:0.500 encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]" in logger.lines
