@@ -302,10 +302,9 @@ class Hyperparameters:
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
-                    "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas ttt_lora_alpha ttt_lora_lr"),
+                    "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas ttt_lora_alpha ttt_lora_lr ttt_lora_chunk"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch "
-                     "ttt_lora_chunk"),
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch"),
             ">= 2": (lambda v: v >= 2, "bigram_vocab_size"),
             ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every ttt_lora_wd"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
@@ -2521,8 +2520,7 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     if compile_enabled(h, dist_info):
         warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer)
     sync_device(dist_info)
-    loop_started, scored = time.perf_counter(), []
-    sums = torch.zeros(3, dtype=torch.float64, device=dist_info.device)
+    loop_started, scored, sums = time.perf_counter(), [], torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     def run_phase(batches_before: int, boundary: int) -> None:
         paused = time.perf_counter()
         docs = gather_phase_documents(dist_info, scored, order, boundary)
