@@ -48,10 +48,11 @@ def torchrun(args, extra: list, env: dict, log: Path) -> int:
 
 def train(args, out: Path) -> Path:
     """The trainer with TTT off; its artifact (and the sliding-window score in its log)."""
-    artifact = REPO / "logs" / out.name / "final_model.int6.ptz"
+    run_id = out.name + "_model"  # the trainer refuses an existing logs/<RUN_ID>/ folder
+    artifact = REPO / "logs" / run_id / "final_model.int6.ptz"
     if artifact.is_file():
         return artifact
-    env = dict(base_env(args), TTT_ENABLED="0", RUN_ID=out.name)
+    env = dict(base_env(args), TTT_ENABLED="0", RUN_ID=run_id)
     started = time.perf_counter()
     status = torchrun(args, ["train_gpt.py"], env, out / "train.log")
     print(f"train: exit {status} in {time.perf_counter() - started:.0f}s; log {out / 'train.log'}", flush=True)
@@ -169,8 +170,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     artifact = train(args, out)
     for part in [p for p in args.parts.split(",") if p in MODES]:
-        status = torchrun(args, [str(Path(__file__).resolve()), "--eval", part, "--artifact", str(artifact),
-                                 "--nproc", str(args.nproc)], base_env(args), out / f"{part}.log")
+        status = torchrun(args, [str(Path(__file__).resolve()), "--eval", part, "--artifact", str(artifact)],
+                          base_env(args), out / f"{part}.log")
         text = (out / f"{part}.log").read_text()
         rows = [line[4:] for line in text.splitlines() if line.startswith("ROW ")]
         print(f"{part}: exit {status} " + (rows[0] if rows else text[-3000:]), flush=True)
