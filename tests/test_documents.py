@@ -223,7 +223,7 @@ def test_the_backend_choice_is_probed_and_checked(tgpt):
     assert info.value.errors == ["DOC_ATTN_BACKEND=flex applies to TRAIN_LOADER=documents only, not shuffled"]
     with pytest.raises(tgpt.ConfigError) as info:
         tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "TRAIN_LOADER": "documents"})
-    assert info.value.errors[0].startswith("TRAIN_LOADER=documents needs ROPE_NTK=0")
+    assert info.value.errors[0].startswith("TRAIN_LOADER=documents and TTT_MODE=lora_phased need ROPE_NTK=0")
 
 
 def test_a_packed_row_of_the_04_27_model_equals_its_documents_alone(tgpt):

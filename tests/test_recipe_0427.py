@@ -31,6 +31,9 @@ SPEC_0427 = {
     "EMA_DECAY": 0.9965, "VAL_LOSS_EVERY": 0, "TRAIN_LOG_EVERY": 500, "TRAIN_BATCH_TOKENS": 786432,
     "TRAIN_SEQ_LEN": 2048, "EVAL_SEQ_LEN": 2048, "VAL_BATCH_SIZE": 524288, "GPTQ_CALIBRATION_BATCHES": 16,
     "MATRIX_BITS": 6, "EMBED_BITS": 7, "EMBED_CLIP_SIGMAS": 14.0, "QUANTIZER": "gptq", "TTT_ENABLED": True,
+    "TTT_MODE": "lora_phased", "TTT_LORA_RANK": 80, "TTT_LORA_ALPHA": 144.0, "TTT_LORA_LR": 1e-4, "TTT_LORA_WD": 0.5,
+    "TTT_DOC_BATCH": 64, "TTT_LORA_CHUNK": 48, "TTT_PHASE_DOCS": "833,1666,2500", "TTT_LR": 0.001,
+    "TTT_MOMENTUM": 0.9, "TTT_EPOCHS": 1, "TTT_CHUNK_TOKENS": 32768, "TTT_BATCH_SEQS": 32, "TTT_GRAD_CLIP": 1.0,
     "TIED_EMBED_INIT_STD": 0.005, "BIGRAM_ENABLED": False, "SMEAR_ENABLED": False, "VE_ENABLED": False,
     "TRAIN_LOADER": "documents", "GPTQ_CALIBRATION_LOADER": "shuffled", "ROPE_NTK": False,  # §3, §8.1, §0.15
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
@@ -368,11 +371,13 @@ def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
     """RECIPE=2026-04-27 end to end through the trainer on the tiny 1024-vocab data (CaseOps data comes with another
     issue): the document loader and its attention, the recipe's model (two lanes, both gates), the looped
     compile warm-up, looping from 35% (step 5 of 12), GPTQ from 37 Hessians, an artifact that holds the new
-    parameters, the strict round trip, the sliding window and legal TTT on the looped reloaded model."""
+    parameters, the strict round trip, the sliding window and the phased LoRA TTT (one global SGD phase, the
+    record's keys) on the looped reloaded model."""
     env = dict(TINY_0427_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"],
                TOKENIZER_PATH=tiny_data["env"]["TOKENIZER_PATH"], MODEL_DIM="128", MLP_MULT="5", ITERATIONS="12",
-               TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2", TTT_CHUNK_TOKENS="8192",
-               TTT_EPOCHS="1", EVAL_STRIDE="64", EVAL_BATCH_SEQS="64")
+               TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2", TTT_CHUNK_TOKENS="1024",
+               EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="4", TTT_LORA_CHUNK="64",
+               TTT_PHASE_DOCS="2")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -394,8 +399,11 @@ def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
     reads = [float(v) for v in re.findall(r"^train_data:last_read_ms:(\d+)", out.stdout, re.M)]
     assert len(reads) == 2 and 0 < reads[0] <= stop_ms + 1
     assert stop_ms - 1 <= reads[1] <= stop_ms + 1000 * hessian_s + 100
-    for key in ("final_int6_roundtrip_exact", "final_int6_sliding_window_exact", "legal_ttt_exact"):
+    for key in ("final_int6_roundtrip_exact", "final_int6_sliding_window_exact", "quantized_ttt_phased",
+                "legal_ttt_exact"):
         assert any(line.startswith(key + " val_loss:") for line in lines), key
+    assert any(line.startswith("ttt_phased:phase after_batches:1 docs:2 ") for line in lines)
+    assert any(re.fullmatch(r"eval_time:\d+ms \(deserialization, .*\)", line) for line in lines)
     train = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/12 train_loss:([\d.]+)", out.stdout)}
     assert train[12] < train[1] - 1.0, train
     assert "config:recipe=2026-04-27" in (tmp_path / "logs" / "r0427.txt").read_text()

@@ -1,0 +1,167 @@
+"""TTT_MODE=lora_phased (SPEC_0427 §10, issue 31) on a tiny random 2026-04-27 model and synthetic documents: each
+target scored once and before anything trains on it (across phases), the LoRA forward against dense weights, the
+phases' documents against §10.5 on 2 gloo ranks, and ranks that finish early waiting in a collective, not on files."""
+import functools
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(REPO / "tests" / "scripts"))
+from ttt_phased_ranks import DELAY, TTT_ENV, random_model, run_phased, synthetic_tokens  # noqa: E402
+
+
+def spec_documents(tokens):
+    """SPEC_0427 §10.2 written out: a document from each BOS (and target 0) through the next BOS, inclusive."""
+    ids = tokens.tolist()
+    starts = [0] + [p for p in range(1, len(ids) - 1) if ids[p] == 1]
+    return list(zip(starts, starts[1:] + [len(ids) - 1]))  # [first target, end target)
+
+
+def spec_phases(tokens, batch: int, boundaries):
+    """SPEC_0427 §10.2/§10.5 written out: docs sorted by length, batched, queue longest batch first; at each boundary
+    the scored docs (here: whole queue batches up to the first that reaches it) in ascending-length order, cut."""
+    docs = spec_documents(tokens)
+    ascending = sorted(range(len(docs)), key=lambda d: (docs[d][1] - docs[d][0], d))
+    batches = [ascending[i:i + batch] for i in range(0, len(ascending), batch)]
+    queue = sorted(batches, key=lambda b: -max(docs[d][1] - docs[d][0] for d in b))
+    phases, scored = [], []
+    for q, docs_q in enumerate(queue):
+        scored += docs_q
+        while len(phases) < len(boundaries) and len(scored) >= boundaries[len(phases)] and q + 1 < len(queue):
+            phases.append((q + 1, [d for d in ascending if d in scored][:boundaries[len(phases)]]))
+    return docs, queue, phases
+
+
+@pytest.fixture(scope="module")
+def base(tgpt):
+    return run_phased(tgpt, synthetic_tokens())
+
+
+def first_call_scoring(record, targets: set) -> int:
+    return next(i for i, (scored, _) in enumerate(record["scores"]) if targets & set(scored.tolist()))
+
+
+def test_each_target_is_scored_once_and_the_phases_run(base):
+    tokens, record = synthetic_tokens(), base
+    scored = torch.cat([targets for targets, _ in record["scores"]])
+    assert torch.equal(scored.sort().values, torch.arange(tokens.numel() - 1))  # every target, once
+    nll = torch.cat([values for _, values in record["scores"]]).double()
+    assert record["result"][0] == pytest.approx(nll.mean().item(), rel=1e-9)
+    _, _, phases = spec_phases(tokens, 3, (3, 7))
+    assert [len(docs) for docs in record["gathered"]] == [3, 7] and len(phases) == 2
+    assert record["gathered"] == [docs for _, docs in phases]
+
+
+def perturbed(tokens, first: int, end: int, seed: int = 1):
+    """tokens with positions [first, end) redrawn (no BOS: the documents stay the same)."""
+    out = tokens.clone()
+    out[first:end] = torch.randint(2, 1024, (end - first,), generator=torch.Generator().manual_seed(seed)).int()
+    assert not torch.equal(out, tokens)
+    return out
+
+
+def assert_same_scores_before(base, other, call: int):
+    for (targets_a, nll_a), (targets_b, nll_b) in zip(base["scores"][:call], other["scores"][:call]):
+        assert torch.equal(targets_a, targets_b) and torch.equal(nll_a, nll_b)
+
+
+def test_scores_never_depend_on_later_chunks_or_later_documents(tgpt, base):
+    """Redrawing the tokens of a document's third chunk changes no score made before that chunk is scored (its own
+    first two chunks included) nor any other document's score in its batch; redrawing a document scored after both
+    phases changes no earlier score; redrawing one that phase 1 trains on does change later documents' scores."""
+    tokens, chunk = synthetic_tokens(), 16
+    docs, queue, phases = spec_phases(tokens, 3, (3, 7))
+    long_doc = next(d for d in queue[0] if docs[d][1] - docs[d][0] > 3 * chunk)
+    first = docs[long_doc][0] + 2 * chunk  # targets [first, first + 16) = tokens [first + 1, first + 17)
+    other = run_phased(tgpt, perturbed(tokens, first + 1, first + chunk + 1))
+    call = first_call_scoring(base, set(range(first, first + chunk)))
+    assert_same_scores_before(base, other, call)
+    same_batch = {t for d in queue[0] if d != long_doc for t in range(*docs[d])}
+    for (targets, nll_a), (_, nll_b) in zip(base["scores"][call:], other["scores"][call:]):
+        keep = torch.tensor([t in same_batch for t in targets.tolist()], dtype=torch.bool)
+        assert torch.equal(nll_a[keep], nll_b[keep])
+    assert not torch.equal(base["scores"][call][1], other["scores"][call][1])  # the redrawn targets' own scores
+    late = queue[-1][0]  # scored after both phases
+    other = run_phased(tgpt, perturbed(tokens, docs[late][0] + 1, docs[late][1]))
+    assert_same_scores_before(base, other, first_call_scoring(base, set(range(*docs[late]))))
+    trained = phases[0][1][0]  # in phase 1's SGD: later batches see it through the base model
+    other = run_phased(tgpt, perturbed(tokens, docs[trained][0] + 1, docs[trained][1]))
+    call = first_call_scoring(base, {t for d in queue[phases[0][0]] for t in range(*docs[d])})
+    assert any(not torch.equal(a[1], b[1]) for a, b in zip(base["scores"][call:], other["scores"][call:]))
+
+
+def test_lora_forward_is_the_base_forward_at_b_zero_and_dense_weights_otherwise(tgpt):
+    """Per document row d: B = 0 gives the base model's hidden states and logits exactly; random A, B on every slot
+    and kind give the base model with W_q, W_k, W_v + (alpha/r) B A, o's and MLP's (alpha/r) B A on their branch input
+    added before the branch scale, and the head's logits from E + (alpha/r) B A (SPEC_0427 §10.4)."""
+    h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, NUM_LOOPS="0"))
+    model, rows, n = random_model(tgpt, h), 2, h.num_layers
+    model.looping = False
+    lora = tgpt.BatchedLoRA(h, n, rows, torch.device("cpu"))
+    ids = torch.randint(2, 1024, (rows, 40), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(model.forward_hidden(ids, lora=lora), model.forward_hidden(ids))
+        hidden = model.forward_hidden(ids)
+        assert torch.equal(model.logits_from_hidden(hidden, lora=lora), model.logits_from_hidden(hidden))
+        for b in lora.b.values():
+            b.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(4))
+        logits = model.logits_from_hidden(model.forward_hidden(ids, lora=lora), lora=lora)
+    dense = {kind: lora.scale * lora.b[kind] @ lora.a[kind] for kind in lora.a}  # (slots, rows, out, in)
+    for d in range(rows):
+        reference = random_model(tgpt, h)
+        reference.looping = False
+        with torch.no_grad():
+            for i, block in enumerate(reference.blocks):
+                reference.qo_bank[i] += dense["q"][i, d]
+                reference.kv_bank[i] += dense["k"][i, d]
+                reference.kv_bank[n + i] += dense["v"][i, d]
+                block.attn.register_forward_hook(functools.partial(
+                    lambda blk, w, module, args, out: out + blk.attn_scale * F.linear(args[0], w), block,
+                    dense["o"][i, d]))
+                block.mlp_op = functools.partial(
+                    lambda blk, w, x, w_up, w_down: tgpt.leaky_relu_sq_mlp(x, w_up, w_down)
+                    + blk.mlp_scale * F.linear(x, w), block, dense["mlp"][i, d])
+            x = tgpt.rms_norm(reference.forward_hidden(ids[d:d + 1]))
+            expected = 30.0 * torch.tanh(F.linear(x, reference.tok_emb.weight + dense["head"][0, d]) / 30.0)
+        assert torch.allclose(logits[d:d + 1], expected, rtol=1e-4, atol=1e-4), (logits[d] - expected[0]).abs().max()
+        assert not torch.allclose(logits[d:d + 1], model.logits_from_hidden(model.forward_hidden(ids[d:d + 1])),
+                                  atol=1e-2)
+
+
+def test_two_ranks_gather_the_spec_documents_and_wait_in_collectives(tmp_path):
+    """tests/scripts/ttt_phased_ranks.py on 2 gloo ranks, rank 0 slowed by DELAY per batch: both ranks gather §10.5's
+    documents at §10.5's boundaries (rank r scores queue batches r, r + 2, ...), together every target once; rank 1
+    waits for rank 0 inside collectives (>= one DELAY per phase), and neither rank opens a file during the eval."""
+    out = tmp_path / "rank"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(REPO / "tests" / "scripts" / "ttt_phased_ranks.py"), str(out)]
+    proc = subprocess.run(command, env=run_env({}), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [torch.load("%s.%d" % (out, rank)) for rank in range(2)]
+    tokens = synthetic_tokens()
+    docs, queue, phases = spec_phases(tokens, 3, (3, 7))
+    assert len(phases) == 2
+    for rank, record in enumerate(records):
+        assert record["gathered"] == [docs_k for _, docs_k in phases]
+        mine = sorted(t for q in range(rank, len(queue), 2) for d in queue[q] for t in range(*docs[d]))
+        assert sorted(torch.cat([t for t, _ in record["scores"]]).tolist()) == mine
+        assert record["opened"] == []
+        assert record["result"] == records[0]["result"]
+    waited = sum(seconds for _, seconds in records[1]["waits"])
+    assert waited >= 2 * DELAY, records[1]["waits"]  # rank 0 has a batch more than rank 1 before each phase
+
+
+def test_the_settings_are_checked_at_start_up(tgpt):
+    with pytest.raises(tgpt.ConfigError) as info:
+        tgpt.Hyperparameters.from_env({"TTT_MODE": "lora", "TTT_PHASE_DOCS": "833,800", "TTT_LORA_CHUNK": "4096",
+                                       "TTT_DOC_BATCH": "0", "TTT_LORA_WD": "-1"})
+    assert sorted(info.value.errors) == [
+        "TTT_DOC_BATCH=0 must be >= 1", "TTT_LORA_CHUNK=4096 must be <= EVAL_SEQ_LEN=2048 (a chunk's context)",
+        "TTT_LORA_WD=-1.0 must be >= 0", "TTT_MODE='lora': expected one of full, lora_phased",
+        "TTT_PHASE_DOCS='833,800': expected increasing positive integers like '833,1666,2500', or empty"]
+    assert tgpt.Hyperparameters.from_env({"TTT_PHASE_DOCS": ""}).ttt_phase_docs == ""
