@@ -30,8 +30,9 @@ triton, tl = optional_module("triton"), optional_module("triton.language")  # th
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
-                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_")
-GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches")
+                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "LQER_")
+GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "mlp_clip_sigmas",
+               "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group", "gptq_calibration_batches")
 COMPRESSORS = ("ans", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
@@ -60,7 +61,7 @@ RECIPES["2026-04-27"] = dict(
     sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, matrix_lr=0.026, muon_momentum=0.97,
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
-    muon_ns_coefficients="polar_express",
+    muon_ns_coefficients="polar_express", mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4,
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -156,7 +157,7 @@ class Hyperparameters:
     qat_enabled: bool = False  # int6 fake quantization of the CastedLinear weights from step 0
     late_qat_threshold: float = 0.15  # turn that QAT on once the LR scale falls below this; 0: never
     # End of run: artifact, sliding-window eval, legal score-first TTT (SPEC §7-§8)
-    compressor: str = "brotli"  # artifact: ans (rANS-coded quantized tensors), brotli (quality 11) or lzma (preset 6)
+    compressor: str = "brotli"  # artifact: ans (rANS per tensor), pergroup (rANS per role, SPEC_0427 §9), brotli, lzma
     byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
@@ -169,6 +170,12 @@ class Hyperparameters:
     embed_bits: int = 8  # gptq: bits of tok_emb (and of an untied lm_head)
     matrix_clip_sigmas: float = 12.85  # gptq SDClip: a row's grid spans +-k * std(row)
     embed_clip_sigmas: float = 20.0  # gptq SDClip k of the embed category
+    mlp_clip_sigmas: float = 0.0  # gptq SDClip k of the .mlp. matrices; 0: MATRIX_CLIP_SIGMAS
+    attn_clip_sigmas: float = 0.0  # gptq SDClip k of the .attn. matrices; 0: MATRIX_CLIP_SIGMAS
+    attn_gate_int8: bool = False  # gptq: attn_gate_w int8 per row, scale max|W_r|/127 (SPEC_0427 §8.2); 0: fp16
+    lqer_rank: int = 0  # gptq: rank of the LQER correction of the quantization error (SPEC_0427 §8.3); 0: none
+    lqer_top_k: int = 3  # LQER corrects the tensors with the LQER_TOP_K largest errors ||W - q s||_F
+    lqer_group: int = 64  # LQER: B's int4 scale groups (consecutive elements of the flattened B)
     gptq_calibration_batches: int = 64  # gptq: training micro-batches whose layer inputs give the Hessians
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True  # legal score-first test-time training after the sliding-window eval
@@ -277,15 +284,17 @@ class Hyperparameters:
              % (", ".join(gptq_set), self.quantizer)),
             (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
              "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
-            (self.compressor == "ans" and constriction is None, "COMPRESSOR=ans needs the constriction module, which "
-             "this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
+            (self.compressor in ("ans", "pergroup") and constriction is None, "COMPRESSOR=%s needs the constriction "
+             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli"
+             % (self.compressor, sys.executable))]
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas"),
+            ">= 0 (0: MATRIX_CLIP_SIGMAS)": (lambda v: v >= 0, "mlp_clip_sigmas attn_clip_sigmas"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches"),
-            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops"),
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches lqer_top_k lqer_group"),
+            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops lqer_rank"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
@@ -2319,7 +2328,10 @@ def tensor_category(name: str) -> str:
 
 def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
     """-> (kind, bits, clip sigmas): non-float or small: passthrough (fp16); rowclip (SPEC §7.4): mlp/attn int6, the
-    rest int8; gptq (SPEC_0409 §7.3-§7.4): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest at MATRIX_*."""
+    rest int8; gptq (SPEC_0409 §7.3-§7.4, SPEC_0427 §8.2): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest
+    at MATRIX_BITS and its category's k; ATTN_GATE_INT8: the sparse gate's rows int8 (clip sigmas 0: absmax)."""
+    if h.attn_gate_int8 and name.endswith("attn_gate_w") and tensor.ndim == 2:
+        return "int8", 8, 0.0
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
         return "passthrough", 0, 0.0
     category = tensor_category(name)
@@ -2328,11 +2340,18 @@ def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
     elif category == "embed":
         bits, clip_sigmas = h.embed_bits, h.embed_clip_sigmas
     else:
-        bits, clip_sigmas = h.matrix_bits, h.matrix_clip_sigmas
+        k = {"mlp": h.mlp_clip_sigmas, "attn": h.attn_clip_sigmas}.get(category, 0.0)
+        bits, clip_sigmas = h.matrix_bits, k or h.matrix_clip_sigmas
     return f"int{bits}", bits, clip_sigmas
 
 def weight_rows(weight: Tensor) -> Tensor:
     return weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
+
+def quantize_absmax(rows: Tensor, divisor: float, low: int, high: int) -> tuple:
+    """-> (q int8, fp16 scale) per row: s = fp16(max|row| / divisor), q = clamp(round(row / s), low, high)."""
+    scale = (rows.abs().amax(dim=1) / divisor).to(torch.float16)
+    q = torch.clamp(torch.round(rows / torch.where(scale > 0, scale.float(), 1.0)[:, None]), low, high)
+    return q.to(torch.int8), scale
 
 def quantize_int6_rows(weight: Tensor) -> tuple:
     """GPTQ-lite (SPEC §7.5) -> (q int8 like weight, per-row fp16 scale): per clip quantile, q from the fp16 scale
@@ -2413,6 +2432,8 @@ def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
             continue
         if h.quantizer == "rowclip":
             q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+        elif clip_sigmas == 0:  # the sparse gate (ATTN_GATE_INT8)
+            q, scale = quantize_absmax(weight_rows(tensor), 127, -127, 127)
         elif name not in hessians:  # a matrix the calibration forward does not see (a wide bigram.proj)
             raise ValueError(f"QUANTIZER=gptq: no input Hessian for {name} (calibration collected {len(hessians)} "
                              "tensors)")
@@ -2421,18 +2442,42 @@ def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
         else:
             q, scale = gptq_quantize(tensor, hessians[name], bits, clip_sigmas)
         tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
+    if h.lqer_rank > 0:
+        add_lqer(h, flat_state, tensors, [name for name in meta if quantization_plan(h, name, flat_state[name])[2]])
     return tensors, meta
+
+@fp32_matmul()
+def add_lqer(h, flat_state: dict, tensors: dict, names: List[str]) -> None:
+    """LQER (SPEC_0427 §8.3): the LQER_TOP_K of `names` with the largest ||E||_F, E = W - q s, get E ~ A B from the
+    rank-LQER_RANK SVD: A = U S (rows, r) int2 in [-2, 1], one scale max|A|/1.5; B = V^T (r, cols) flattened, int4
+    in [-8, 7], one scale max|g|/7.5 per group g of LQER_GROUP (the last one zero-padded); stored .lqA/.lqB(+s)."""
+    def error(name):
+        weight = flat_state[name].detach().float()
+        return weight_rows(weight) - dequantize_rows(tensors, name).to(weight.device)
+    norms = {name: float(error(name).norm()) for name in names}
+    for name in sorted(names, key=lambda name: -norms[name])[:h.lqer_top_k]:
+        u, sigma, vh = torch.linalg.svd(error(name), full_matrices=False)
+        rank = min(h.lqer_rank, sigma.numel())
+        b = F.pad(vh[:rank].reshape(-1), (0, -vh[:rank].numel() % h.lqer_group))
+        for key, (q, scale) in (("lqA", quantize_absmax((u[:, :rank] * sigma[:rank]).reshape(1, -1), 1.5, -2, 1)),
+                                ("lqB", quantize_absmax(b.reshape(-1, h.lqer_group), 7.5, -8, 7))):
+            tensors[f"{name}.{key}"], tensors[f"{name}.{key}s"] = q.cpu(), scale.cpu()
+        tensors[name + ".lqA"] = tensors[name + ".lqA"].reshape(-1, rank)
+
+def dequantize_rows(tensors: dict, name: str) -> Tensor:
+    """(rows, cols) fp32: q s, plus the LQER term (qA sA)(qB sB) where the artifact has one."""
+    scale = tensors[name + ".scale"].float()
+    rows = tensors[name + ".q"].float().reshape(scale.numel(), -1) * scale[:, None]
+    if name + ".lqA" in tensors:
+        a = tensors[name + ".lqA"].float() * tensors[name + ".lqAs"].float()
+        b = (tensors[name + ".lqB"].float() * tensors[name + ".lqBs"].float()[:, None]).reshape(-1)
+        rows = rows + a @ b[:a.shape[1] * rows.shape[1]].reshape(a.shape[1], rows.shape[1])
+    return rows
 
 def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
     """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
-    flat = {}
-    for name, like in template.items():
-        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
-        if isinstance(meta[name], dict):
-            scale = tensors[name + ".scale"].float()
-            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
-        flat[name] = stored.to(like.dtype)
-    return flat
+    return {name: (dequantize_rows(tensors, name).reshape(like.shape) if isinstance(meta[name], dict)
+                   else tensors[name]).to(like.dtype) for name, like in template.items()}
 
 def ans_digest(tensors: dict, coded: dict) -> str:
     """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""

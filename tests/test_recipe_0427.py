@@ -31,6 +31,8 @@ SPEC_0427 = {
     "EMA_DECAY": 0.9965, "VAL_LOSS_EVERY": 0, "TRAIN_LOG_EVERY": 500, "TRAIN_BATCH_TOKENS": 786432,
     "TRAIN_SEQ_LEN": 2048, "EVAL_SEQ_LEN": 2048, "VAL_BATCH_SIZE": 524288, "GPTQ_CALIBRATION_BATCHES": 16,
     "MATRIX_BITS": 6, "EMBED_BITS": 7, "EMBED_CLIP_SIGMAS": 14.0, "QUANTIZER": "gptq", "TTT_ENABLED": True,
+    "MLP_CLIP_SIGMAS": 11.5, "ATTN_CLIP_SIGMAS": 13.0, "ATTN_GATE_INT8": True, "LQER_RANK": 4, "LQER_TOP_K": 3,
+    "LQER_GROUP": 64,
     "TIED_EMBED_INIT_STD": 0.005, "BIGRAM_ENABLED": False, "SMEAR_ENABLED": False, "VE_ENABLED": False,
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     "TOKENIZER_PATH": "./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model",
