@@ -3,7 +3,7 @@ Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env 
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
-import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid
+import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid, zlib
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -32,8 +32,9 @@ ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
                         "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "LQER_")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "mlp_clip_sigmas",
-               "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group", "gptq_calibration_batches")
-COMPRESSORS = ("ans", "brotli", "lzma")
+               "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group",
+               "gptq_calibration_batches")
+COMPRESSORS = ("ans", "pergroup", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
@@ -62,6 +63,7 @@ RECIPES["2026-04-27"] = dict(
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
     muon_ns_coefficients="polar_express", mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4,
+    compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -2293,6 +2295,9 @@ ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed mod
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
+PERGROUP_MAGIC = b"PGRP01"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
+HOT_GROUPS = ("tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q")  # rows reordered where it pays (§9.2)
+CONTEXT_CAP = 3  # pergroup: a value's context, the previous value v along the coded axis: clip(v) or min(|v|, CAP)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
 PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
 INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
@@ -2503,6 +2508,8 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
             payload["a"][name] = (tuple(tensors[name].shape), low, len(streams[-1]) // 4, torch.from_numpy(counts))
         payload["w"] = {name: tensor for name, tensor in tensors.items() if name not in payload["a"]}
         payload["c"] = (importlib.metadata.version("constriction"), ans_digest(tensors, payload["a"]))
+    elif compressor == "pergroup":
+        streams = encode_pergroup(payload)
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     raw = buffer.getvalue()
@@ -2511,34 +2518,135 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
     if compressor == "lzma":
         return lzma.compress(raw, preset=6)
     blob = brotli.compress(raw, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
+    if compressor == "pergroup":
+        body = b"".join([blob, *streams])
+        return b"".join([PERGROUP_MAGIC, len(blob).to_bytes(4, "little"), zlib.crc32(body).to_bytes(4, "little"), body])
     return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
+
+def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
+    """SPEC_0427 §9.2: from row 0, append the unused row of least L1 distance to the last one (ties: lowest index)."""
+    rows = torch.from_numpy(matrix).to(device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.float32)
+    left, order = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device), [0]
+    for _ in range(rows.shape[0] - 1):
+        left[order[-1]] = False
+        order.append(int((rows - rows[order[-1]]).abs().sum(dim=1).masked_fill(~left, float("inf")).argmin()))
+    return np.array(order)
+
+def pergroup_context(previous: np.ndarray, mode: int) -> np.ndarray:
+    return CONTEXT_CAP + (np.clip(previous, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else
+                          np.minimum(np.abs(previous), CONTEXT_CAP) * (mode > 0))
+
+def pergroup_layout(stack: np.ndarray, mode: int) -> tuple:
+    """(layers, rows, cols) -> (values in coding order (steps, values per step), their contexts): mode 0 one step,
+    one context; modes 1/3 row by row, the context from the value above (the column's); 2/4 column by column;
+    1/2 from its magnitude, 3/4 from its value (pergroup_context)."""
+    steps = stack.reshape(1, 1, -1) if mode == 0 else stack.transpose(0, 2, 1) if mode % 2 == 0 else stack
+    steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
+    return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
+
+def pergroup_unlayout(steps: np.ndarray, shape: tuple, mode: int) -> np.ndarray:
+    layers, rows, cols = shape
+    return (steps.reshape(shape) if mode == 0 else steps.reshape(rows, layers, cols).transpose(1, 0, 2) if mode % 2
+            else steps.reshape(cols, layers, rows).transpose(1, 2, 0))
+
+def encode_pergroup(payload: dict) -> List[bytes]:
+    """SPEC_0427 §9 with our coder for lrzip: the 2-D int8 .q tensors of one role and shape form a group (layer
+    order), rANS-coded in the layout whose estimated size (entropy + ~2 B per table entry + permutation) is least:
+    mode 0/1/2 of pergroup_layout, or for HOT_GROUPS mode 1 on rows in nearest-neighbour order; one stream per used
+    context. payload["w"] keeps the rest; "g": per group (names, shape, low, mode, counts, words, order or None)."""
+    tensors, groups, streams, header = payload["w"], {}, [], []
+    for name, tensor in tensors.items():
+        if name.endswith(".q") and tensor.dtype == torch.int8 and tensor.ndim == 2:
+            groups.setdefault((re.sub(r"^blocks\.\d+\.", "", name), tuple(tensor.shape)), []).append(name)
+    for (role, shape), names in groups.items():
+        stack = np.stack([tensors[name].numpy().astype(np.int32) for name in names])
+        low, bins, best = int(stack.min()), max(int(stack.max() - stack.min()) + 1, 2), None
+        chain = np.stack([nearest_neighbour_order(matrix) for matrix in stack]) if role in HOT_GROUPS else None
+        for mode, order in [(mode, None) for mode in range(5)] + [(1, chain), (3, chain)] * (chain is not None):
+            values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
+            steps, context = pergroup_layout(values, mode)
+            counts = np.bincount((context * bins + steps - low).ravel(), minlength=(2 * CONTEXT_CAP + 1) * bins)
+            counts = counts.reshape(2 * CONTEXT_CAP + 1, bins)
+            p = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+            size = (-(counts * np.log2(np.where(counts > 0, p, 1.0))).sum() / 8 + 2 * np.count_nonzero(counts)
+                    + (0 if order is None else 2 * order.size))
+            if best is None or size < best[0]:
+                best = (size, mode, order, steps, context, counts)
+        _, mode, order, steps, context, counts = best
+        words = []
+        for c in np.flatnonzero(counts.sum(axis=1)):
+            coder = constriction.stream.stack.AnsCoder()
+            coder.encode_reverse(steps[context == c] - low, ans_model(counts[c]))
+            streams.append(coder.get_compressed().astype("<u4").tobytes())
+            words.append(len(streams[-1]) // 4)
+        header.append((names, (len(names),) + shape, low, mode, torch.from_numpy(counts), words,
+                       None if order is None else torch.from_numpy(order.astype(np.int16 if shape[0] <= 32768
+                                                                                else np.int32))))
+    coded = [name for names, *_ in header for name in names]
+    payload.update(w={name: t for name, t in tensors.items() if name not in coded}, g=header,
+                   c=(importlib.metadata.version("constriction"), ans_digest(tensors, coded)))
+    return streams
+
+def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[List[str], int]:
+    """encode_pergroup's groups into `tensors`, step by step (a step's contexts are the step before it) -> (the
+    coded names, words used)."""
+    position = 0
+    for names, shape, low, mode, counts, stream_words, order in payload["g"]:
+        steps, _ = pergroup_layout(np.zeros(shape, dtype=np.int32), mode)
+        coders = {}
+        for c, count in zip(np.flatnonzero(counts.numpy().sum(axis=1)), stream_words):
+            coders[c] = (constriction.stream.stack.AnsCoder(words[position:position + count]),
+                         ans_model(counts[c].numpy()))
+            position += count
+        for step in range(steps.shape[0]):
+            context = pergroup_context(steps[step - 1] if step else steps[0] * 0, mode)
+            for c, (coder, model) in coders.items():
+                where = np.flatnonzero(context == c)
+                steps[step, where] = coder.decode(model, where.size) + low
+        values = pergroup_unlayout(steps, shape, mode)
+        for layer, name in enumerate(names):
+            matrix = values[layer] if order is None else np.empty_like(values[layer])
+            if order is not None:
+                matrix[order[layer].long().numpy()] = values[layer]
+            tensors[name] = torch.from_numpy(matrix.astype(np.int8))
+    return [name for names, *_ in payload["g"] for name in names], position
+
+def decode_ans(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[List[str], int]:
+    """COMPRESSOR=ans's tensors into `tensors` -> (the coded names, words used)."""
+    position = 0
+    for key, (shape, low, count, counts) in payload["a"].items():
+        coder = constriction.stream.stack.AnsCoder(words[position:position + count])
+        values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
+        tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
+        position += count
+    return list(payload["a"]), position
 
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
     just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
-    if not blob.startswith(ANS_MAGIC):
+    magic = next((magic for magic in (ANS_MAGIC, PERGROUP_MAGIC) if blob.startswith(magic)), None)
+    if magic is None:
         payload = load_payload(blob, name, {"w", "m"})
         return payload["w"], payload["m"]
+    compressor = "ans" if magic == ANS_MAGIC else "pergroup"
     if constriction is None:
-        raise RunFailure("%s is a COMPRESSOR=ans artifact and this Python (%s) lacks the constriction module to "
-                         "read it: pip install constriction" % (name, sys.executable))
-    start = len(ANS_MAGIC) + 4
-    end = start + int.from_bytes(blob[len(ANS_MAGIC):start], "little")
-    payload = load_payload(blob[start:end], name, {"w", "m", "a", "c"})
-    tensors, position = dict(payload["w"]), 0
+        raise RunFailure("%s is a COMPRESSOR=%s artifact and this Python (%s) lacks the constriction module to "
+                         "read it: pip install constriction" % (name, compressor, sys.executable))
+    start = len(magic) + 4 + 4 * (compressor == "pergroup")
+    end = start + int.from_bytes(blob[len(magic):len(magic) + 4], "little")
+    if compressor == "pergroup" and blob[start - 4:start] != zlib.crc32(blob[start:]).to_bytes(4, "little"):
+        raise DataError(f"{name}: its bytes do not match the CRC-32 written with them: truncated or altered")
+    payload = load_payload(blob[start:end], name, {"w", "m", "c", "a" if compressor == "ans" else "g"})
+    tensors = dict(payload["w"])
     try:
         version, digest = payload["c"]
         words = np.frombuffer(blob[end:], dtype="<u4").astype(np.uint32)  # a native, writable copy
-        for key, (shape, low, count, counts) in payload["a"].items():
-            coder = constriction.stream.stack.AnsCoder(words[position:position + count])
-            values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
-            tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
-            position += count
-    except (ValueError, TypeError, RuntimeError) as exc:
+        coded, position = (decode_ans if compressor == "ans" else decode_pergroup)(payload, words, tensors)
+    except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as exc:
         raise DataError(f"{name}: its rANS-coded tensors do not decode ({type(exc).__name__}: {exc})") from None
     if position != words.size:
         raise DataError(f"{name}: {words.size} rANS words where the tables account for {position}: damaged")
-    if ans_digest(tensors, payload["a"]) != digest:
+    if ans_digest(tensors, coded) != digest:
         raise DataError(f"{name}: the rANS-coded tensors decode to other values than were written (constriction "
                         f"{version} wrote them, this is {importlib.metadata.version('constriction')}): damaged, or "
                         "install that version")
@@ -2561,12 +2669,15 @@ def load_payload(blob: bytes, name: str, keys: set) -> dict:
         shuffled = raw[len(SHUFFLE_MAGIC):]
         raw, half = bytearray(len(shuffled)), (len(shuffled) + 1) // 2
         raw[0::2], raw[1::2] = shuffled[:half], shuffled[half:]
-    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as exc:  # a damaged zip, or a pickle of more than tensors and plain containers
+        raise DataError(f"{name}: its torch.save part does not load ({type(exc).__name__}: {exc})"[:300]) from None
     if not (isinstance(payload, dict) and set(payload) == keys and isinstance(payload["m"], dict)
             and isinstance(payload["w"], dict) and all(isinstance(t, Tensor) for t in payload["w"].values())):
         raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}, 'w' mapping names to tensors")
     kinds = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)]
-    stored = set(payload["w"]) | set(payload.get("a", {}))
+    stored = set(payload["w"]) | set(payload.get("a", {})) | {key for group in payload.get("g", ()) for key in group[0]}
     for key, kind in payload["m"].items():
         if kind not in kinds or not ({key} if kind == "passthrough" else {key + ".q", key + ".scale"}) <= stored:
             raise DataError(f"{name}: entry {kind!r} of {key} is unknown or lacks its tensors")

@@ -100,7 +100,8 @@ def test_lqer_factors_and_dequantization_match_references(tgpt):
         b = np.concatenate([vh[:4].double().numpy().ravel(), np.zeros(-4 * cols % 64)]).reshape(-1, 64)
         qb, sb = reference_round(b, 7.5, -8, 7)
         assert np.array_equal(tensors[name + ".lqA"].numpy(), qa.reshape(rows, 4).astype(np.int8))
-        assert np.array_equal(tensors[name + ".lqAs"].numpy(), sa) and np.array_equal(tensors[name + ".lqBs"].numpy(), sb)
+        assert np.array_equal(tensors[name + ".lqAs"].numpy(), sa)
+        assert np.array_equal(tensors[name + ".lqBs"].numpy(), sb)
         assert np.array_equal(tensors[name + ".lqB"].numpy(), qb.astype(np.int8))
         assert qa.min() >= -2 and qa.max() <= 1 and qb.min() >= -8 and qb.max() <= 7
         dense = base + (qa.reshape(rows, 4) * sa[0]) @ (qb * sb[:, None]).ravel()[:4 * cols].reshape(4, cols)
