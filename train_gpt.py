@@ -3,7 +3,7 @@ Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env 
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
-import lzma, math, os, queue, random, re, subprocess, sys, threading, time, uuid, zlib
+import lzma, math, os, queue, random, re, subprocess, sys, threading, time, tokenize, uuid, zlib
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -470,7 +470,7 @@ class Logger:
         if self._file is not None:
             self._file.close()
 
-def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
+def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ, unstripped: int) -> None:
     """File-only: code sha256, the source, versions, nvidia-smi, the config; then the warnings and the byte budget."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
     try:
@@ -483,14 +483,15 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: in
         logger.log(text, console=False)
     for warning in suspicious_env_names(environ):
         logger.log("WARNING unknown_env: " + warning)
-    logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d"
-               % (code_bytes, len(code.encode("utf-8")), ARTIFACT_LIMIT_BYTES, ARTIFACT_LIMIT_BYTES - code_bytes))
+    logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d code_bytes_unstripped:%d"
+               % (code_bytes, len(code.encode("utf-8")), ARTIFACT_LIMIT_BYTES, ARTIFACT_LIMIT_BYTES - code_bytes,
+                  unstripped))
     if brotli is None:
         logger.log("WARNING code_bytes: without the brotli module the packed file cannot be made, so code_bytes "
                    "counts the readable file; records.make counts the packed one and will refuse this log")
 
-# The counted form of this file (records.pack writes it; code_bytes is its size): the source, brotli + base85, run
-# after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
+# The counted form of this file (records.pack writes it; code_bytes is its size): strip_source(source), brotli + base85,
+# run after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
 PACKED_TEMPLATE = """\
 # train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE
 import base64,brotli,hashlib,io,linecache,sys,traceback
@@ -513,6 +514,23 @@ def pack_source(source: str) -> bytes:
     compressed = brotli.compress(data, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
     return PACKED_TEMPLATE.format(sha256=hashlib.sha256(data).hexdigest(),
                                   payload=base64.b85encode(compressed).decode("ascii")).encode("ascii")
+
+def strip_source(source: str) -> str:
+    """`source` without comments and string statements (docstrings; each becomes `0`), every line where it was, so
+    a traceback's line numbers are the readable file's; class Hyperparameters keeps its comments (settings_help)."""
+    lines = source.splitlines(keepends=True)
+    keep = range(*(source[:source.find(m)].count("\n") + 1 for m in ("\nclass Hyperparameters:", "\n    @classmethod")))
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type != tokenize.NL]
+    for before, token, after in reversed(list(zip([None] + tokens, tokens, tokens[1:]))):
+        row, col = token.start
+        if token.type == tokenize.COMMENT and row - 1 not in keep:
+            lines[row - 1] = lines[row - 1][:col].rstrip() + "\n"
+        elif token.type == tokenize.STRING and after.type == tokenize.NEWLINE and (before is None or before.type in (
+                tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)):
+            end_row, end_col = token.end
+            lines[row - 1:end_row] = [lines[row - 1][:col] + "0" + lines[end_row - 1][end_col:]] + ["\n"] * (
+                end_row - row)
+    return "".join(lines)
 
 def read_own_source() -> str:
     """The running source: a packed file registered it in linecache; a readable one linecache reads from disk."""
@@ -2544,11 +2562,6 @@ def pergroup_layout(stack: np.ndarray, mode: int) -> tuple:
     steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
     return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
 
-def pergroup_unlayout(steps: np.ndarray, shape: tuple, mode: int) -> np.ndarray:
-    layers, rows, cols = shape
-    return (steps.reshape(shape) if mode == 0 else steps.reshape(rows, layers, cols).transpose(1, 0, 2) if mode % 2
-            else steps.reshape(cols, layers, rows).transpose(1, 2, 0))
-
 def encode_pergroup(payload: dict) -> List[bytes]:
     """SPEC_0427 §9 with our coder for lrzip: the 2-D int8 .q tensors of one role and shape form a group (layer
     order), rANS-coded in the layout whose estimated size (entropy + ~2 B per table entry + permutation) is least:
@@ -2603,23 +2616,13 @@ def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[Li
             for c, (coder, model) in coders.items():
                 where = np.flatnonzero(context == c)
                 steps[step, where] = coder.decode(model, where.size) + low
-        values = pergroup_unlayout(steps, shape, mode)
+        layers, rows, cols = shape  # pergroup_layout inverted, then the rows' order
+        values = (steps.reshape(shape) if mode == 0 else steps.reshape(rows, layers, cols).transpose(1, 0, 2)
+                  if mode % 2 else steps.reshape(cols, layers, rows).transpose(1, 2, 0))
         for layer, name in enumerate(names):
-            matrix = values[layer] if order is None else np.empty_like(values[layer])
-            if order is not None:
-                matrix[order[layer].long().numpy()] = values[layer]
+            matrix = values[layer] if order is None else values[layer][np.argsort(order[layer].numpy())]
             tensors[name] = torch.from_numpy(matrix.astype(np.int8))
     return [name for names, *_ in payload["g"] for name in names], position
-
-def decode_ans(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[List[str], int]:
-    """COMPRESSOR=ans's tensors into `tensors` -> (the coded names, words used)."""
-    position = 0
-    for key, (shape, low, count, counts) in payload["a"].items():
-        coder = constriction.stream.stack.AnsCoder(words[position:position + count])
-        values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
-        tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
-        position += count
-    return list(payload["a"]), position
 
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
@@ -2641,7 +2644,12 @@ def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     try:
         version, digest = payload["c"]
         words = np.frombuffer(blob[end:], dtype="<u4").astype(np.uint32)  # a native, writable copy
-        coded, position = (decode_ans if compressor == "ans" else decode_pergroup)(payload, words, tensors)
+        coded, position = decode_pergroup(payload, words, tensors) if compressor == "pergroup" else (payload["a"], 0)
+        for key, (shape, low, count, counts) in payload.get("a", {}).items():
+            coder = constriction.stream.stack.AnsCoder(words[position:position + count])
+            values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
+            tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
+            position += count
     except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as exc:
         raise DataError(f"{name}: its rANS-coded tensors do not decode ({type(exc).__name__}: {exc})") from None
     if position != words.size:
@@ -3014,9 +3022,10 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
-    code = read_own_source()
-    code_bytes = len(pack_source(code)) if brotli is not None else len(code.encode("utf-8"))  # the counted bytes
-    log_run_header(logger, h, code, code_bytes, environ)
+    code = strip_source(read_own_source())  # the same text, sha256 and counted bytes from this file or its packed one
+    counted = (lambda text: len(pack_source(text)) if brotli is not None else len(text.encode("utf-8")))
+    code_bytes = counted(code)
+    log_run_header(logger, h, code, code_bytes, environ, counted(read_own_source()))
     val = load_validation_data(h, load_tokenizer(h, logger), dist_info.device)
     logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),
