@@ -156,6 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("input", nargs="?", help="an artifact (.ptz) of any container")
     parser.add_argument("--synthetic", action="store_true", help="record-size 04-27 random weights")
     parser.add_argument("--no-lrzip", action="store_true", help="skip the lrzip row")
+    parser.add_argument("--no-brotli", action="store_true", help="skip the two brotli rows (minutes on a slow CPU)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     if (args.input is None) == (not args.synthetic):
@@ -175,7 +176,8 @@ def main(argv=None) -> int:
     print("%s: %d stored values in %d tensors; %d torch threads; encoding..." % (
         title, sum(t.numel() for t in tensors.values()), len(tensors), torch.get_num_threads()), flush=True)
     for label, compressor, shuffle in (("brotli", "brotli", False), ("brotli+shuffle", "brotli", True),
-                                       ("ans+shuffle", "ans", True), ("pergroup+shuffle (ours)", "pergroup", True)):
+                                       ("ans+shuffle", "ans", True), ("pergroup+shuffle (ours)", "pergroup", True)
+                                       )[2 * args.no_brotli:]:
         blob, encode_s = timed(tg.serialize_artifact, tensors, meta, compressor, shuffle)
         (back, back_meta), decode_s = timed(tg.deserialize_artifact, blob)
         assert same(back, tensors) and back_meta == meta, label
@@ -195,7 +197,7 @@ def main(argv=None) -> int:
         lrzip_bytes = {names[0]: len(s) for s, (names, _) in zip(streams, groups.values())}
         lrzip_bytes.update(rest=len(rest), orders=len(perm_blob))
     print("\n%s\n" % title)
-    print("| container | bytes | vs brotli | encode s | decode s |\n|---|---:|---:|---:|---:|")
+    print("| container | bytes | vs %s | encode s | decode s |\n|---|---:|---:|---:|---:|" % rows[0]["container"])
     for row in rows:
         print("| %s | %d | %+.2f%% | %.1f | %.1f |" % (row["container"], row["bytes"],
                                                     100 * (row["bytes"] / rows[0]["bytes"] - 1), row["encode_s"],
