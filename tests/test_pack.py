@@ -13,7 +13,8 @@ import pytest
 from tgpt_util import REPO, run_env, run_under_triton_interpreter, tiny_data  # noqa: F401
 
 sys.path.insert(0, str(REPO))
-from records.pack import PackError, is_packed, main as pack_main, pack_source, read_source, strip_source, unpack  # noqa: E402,E501
+from records.pack import (PackError, is_packed, main as pack_main, pack_source, read_source,  # noqa: E402
+                          strip_source, unpack)
 from records.parse import parse_log  # noqa: E402
 
 SCRIPT = REPO / "train_gpt.py"

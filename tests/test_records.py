@@ -603,7 +603,7 @@ def test_check_command_line_prints_one_line_per_problem(bad_folder):
 
 def test_check_readable_file_must_strip_to_the_packed_source(bad_folder):
     readable = bad_folder / "train_gpt_readable.py"
-    text = readable.read_text(encoding="utf-8").replace("\nimport numpy as np\n", "\nimport numpy as np  # same payload\n")
+    text = readable.read_text(encoding="utf-8").replace("\nimport numpy as np\n", "\nimport numpy as np  # same\n")
     readable.write_text(text, encoding="utf-8")  # a comment more on a line: the same stripped source
     assert not [p for p in problems_of(bad_folder) if "train_gpt_readable.py" in p]
     readable.write_text(readable.read_text(encoding="utf-8") + "VALUE = 1\n", encoding="utf-8")
