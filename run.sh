@@ -208,6 +208,11 @@ if [ -n "$stop_signal" ]; then
 fi
 outcome=$("$PYTHON" tools/job_outcome.py "$console" "$status" "$SECONDS")
 code=${outcome%%$'\n'*}
+if [ "$code" -eq 2 ] && [ ! -e "logs/$RUN_ID.txt" ] && [ ! -e "logs/$RUN_ID" ]; then
+  rm -f "$console"  # refused before any work: the corrected run may use the same RUN_ID
+  echo "${outcome#*$'\n'} (nothing started; $console removed, RUN_ID=$RUN_ID is free)" >&2
+  exit 2
+fi
 if [ "$code" -eq 0 ]; then
   say "${outcome#*$'\n'}"
 else

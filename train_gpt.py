@@ -3,16 +3,25 @@ Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env 
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
-import lzma, math, os, queue, random, re, subprocess, sys, threading, time, tokenize, uuid, zlib
-from dataclasses import dataclass, fields
+import inspect, lzma, math, os, queue, random, re, shutil, signal, subprocess, sys, threading, time, tokenize, uuid
+import zlib
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.distributed.elastic.multiprocessing.errors import record
+if __name__ == "__main__":  # run, not imported: idle OpenMP threads sleep instead of spinning at every barrier, which
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # on a busy CPU took the cores the other threads needed
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import Tensor, nn
+    from torch.distributed.elastic.multiprocessing.errors import record
+except ImportError as missing:  # e.g. `python3 train_gpt.py --help` with a Python that lacks torch: one line
+    if __name__ != "__main__":
+        raise
+    sys.exit("error: %s: this Python (%s) lacks it; run tools/py train_gpt.py (the quick start's Python, with "
+             "requirements.txt installed)" % (missing, sys.executable))
 
 def optional_module(name: str):
     """The module, or None where it is not installed (what needs it checks for None, or runs without it)."""
@@ -25,22 +34,29 @@ brotli = optional_module("brotli")  # the packed counted code (pack_source), COM
 constriction = optional_module("constriction")  # COMPRESSOR=ans's entropy coder (rANS)
 # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
 _flash_attn_func = getattr(optional_module("flash_attn_interface"), "flash_attn_func", None)
+_flash_attn_varlen_func = getattr(optional_module("flash_attn_interface"), "flash_attn_varlen_func", None)
+_torch_varlen_attn = getattr(optional_module("torch.nn.attention.varlen"), "varlen_attn", None)  # torch >= 2.10
+TORCH_VARLEN_CAUSAL = {"window_size": (-1, 0)} if "window_size" in (  # its causal form (torch 2.11: no is_causal)
+    inspect.signature(_torch_varlen_attn).parameters if _torch_varlen_attn else ()) else {"is_causal": True}
+_flex = optional_module("torch.nn.attention.flex_attention")
 triton, tl = optional_module("triton"), optional_module("triton.language")  # the fused ops of section 5
 
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
-                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "LQER_")
+                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "CHECKPOINT_", "LQER_")
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "mlp_clip_sigmas",
                "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group",
-               "gptq_calibration_batches")
+               "gptq_calibration_batches", "gptq_calibration_loader")
 COMPRESSORS = ("ans", "pergroup", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
-    "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled"),
+    "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled", "documents"),
     "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
     "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS,
-    "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch")}
+    "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch"),
+    "doc_attn_backend": ("auto", "fa3_varlen", "torch_varlen", "flex", "sdpa"),
+    "gptq_calibration_loader": ("train", "shuffled")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
 RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
@@ -62,8 +78,8 @@ RECIPES["2026-04-27"] = dict(
     sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, matrix_lr=0.026, muon_momentum=0.97,
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
-    muon_ns_coefficients="polar_express", mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4,
-    compressor="pergroup",
+    muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
+    mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -78,6 +94,11 @@ class Hyperparameters:
     allow_tokenizer_mismatch: bool = False  # 1: use a tokenizer that DATA_PATH's manifest.json does not name
     run_id: str = ""  # names logs/<RUN_ID>.txt and the outputs folder logs/<RUN_ID>/; empty: a fresh uuid4
     seed: int = 1337  # RNG seed of the model init (and of the shuffled loader with rank_and_seed)
+    # Checkpoints and resume (docs/checkpoint.md): logs/<RUN_ID>/checkpoints/step_<N>/
+    checkpoint_every: int = 0  # save a checkpoint every N training steps; 0: off
+    checkpoint_on_signal: bool = False  # 1: SIGTERM/SIGINT save one at the end of the current step, then stop
+    checkpoint_keep: int = 2  # checkpoints kept (the newest); older ones are deleted
+    resume: str = ""  # a checkpoint folder, or latest (of RUN_ID's): continue that run in its log and outputs
     # Schedule and batch
     iterations: int = 9000  # training steps (fewer when the wallclock cap stops the run)
     warmup_steps: int = 20  # compile warm-up steps (and as many looped ones), then model, optimizer, data rewound
@@ -179,6 +200,7 @@ class Hyperparameters:
     lqer_top_k: int = 3  # LQER corrects the tensors with the LQER_TOP_K largest errors ||W - q s||_F
     lqer_group: int = 64  # LQER: B's int4 scale groups (consecutive elements of the flattened B)
     gptq_calibration_batches: int = 64  # gptq: training micro-batches whose layer inputs give the Hessians
+    gptq_calibration_loader: str = "train"  # gptq: their order: train (TRAIN_LOADER's) or shuffled (SPEC_0427 §8.1)
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
     ttt_enabled: bool = True  # legal score-first test-time training after the sliding-window eval
     ttt_lr: float = 0.002  # SGD peak lr, cosine-decayed over the chunks
@@ -192,7 +214,7 @@ class Hyperparameters:
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
     train_copy_stream: bool = True  # CUDA: train H2D on a side stream, one micro-batch ahead
-    train_loader: str = "sequential"  # sequential: the 03-23 record's token stream; shuffled: 04-09's sampled sequences
+    train_loader: str = "sequential"  # sequential: 03-23 token stream; shuffled: 04-09 sequences; documents: 04-27 rows
     train_shuffle_seed: str = "rank"  # shuffled: rank (04-09 record: every SEED sees the same data) or rank_and_seed
     val_prefetch: bool = True  # build validation batches in a background thread
     val_prefetch_queue: int = 2  # validation batches the producer may hold ready
@@ -203,6 +225,7 @@ class Hyperparameters:
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
+    doc_attn_backend: str = "auto"  # TRAIN_LOADER=documents: auto, fa3_varlen, torch_varlen, flex or sdpa (a mask)
     qk_kernel: str = "auto"  # attention inputs (one q/k/v GEMM + fused norm/RoPE) and XSA: triton, torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
     ce_kernel: str = "auto"  # training loss: triton (fused softcapped cross-entropy, SPEC_0427 §6.5), torch, auto
@@ -253,7 +276,8 @@ class Hyperparameters:
             (self.torch_compile not in ("auto", "0", "1"),
              "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
             (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
-            (not 0 < self.eval_stride <= stride_max, "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
+            (stride_max > 0 and not 0 < self.eval_stride <= stride_max,  # stride_max <= 0: the lengths are blamed
+             "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
             (self.ttt_enabled and self.ttt_chunk_tokens < self.train_seq_len, "TTT_CHUNK_TOKENS=%d must be >= "
              "TRAIN_SEQ_LEN=%d: a shorter chunk holds no TTT training sequence"
@@ -264,6 +288,10 @@ class Hyperparameters:
              "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
             (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
              "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
+            (self.train_loader != "documents" and self.doc_attn_backend != "auto", "DOC_ATTN_BACKEND=%s applies to "
+             "TRAIN_LOADER=documents only, not %s" % (self.doc_attn_backend, self.train_loader)),
+            (self.train_loader == "documents" and self.rope_ntk, "TRAIN_LOADER=documents needs ROPE_NTK=0: its "
+             "packed rows of TRAIN_BATCH_TOKENS/8 tokens would get an NTK-rescaled RoPE base (SPEC_0427 §0.15)"),
             (self.parallel_residual_start >= 0 and self.parallel_start_layer >= 0, "PARALLEL_RESIDUAL_START=%d and "
              "PARALLEL_START_LAYER=%d: set one of them (the other to -1)"
              % (self.parallel_residual_start, self.parallel_start_layer)),
@@ -295,8 +323,9 @@ class Hyperparameters:
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas"),
             ">= 0 (0: MATRIX_CLIP_SIGMAS)": (lambda v: v >= 0, "mlp_clip_sigmas attn_clip_sigmas"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches lqer_top_k lqer_group"),
-            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"), ">= 0": (lambda v: v >= 0, "num_loops lqer_rank"),
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep lqer_top_k lqer_group"),
+            ">= 2": (lambda v: v >= 2, "bigram_vocab_size"),
+            ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every lqer_rank"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
@@ -352,6 +381,27 @@ class ConfigError(RunFailure, ValueError):
 
 class DataError(RunFailure, ValueError):
     """A dataset, tokenizer or artifact file that cannot be used; the message names the file."""
+
+class CheckpointError(RunFailure):
+    """RESUME's checkpoint is missing, incomplete, corrupted or of another run's settings or world size."""
+
+class RunStopped(KeyboardInterrupt):
+    """SIGTERM/SIGINT stopped the run (exit 128 + signal number); the message is the log's last line."""
+    def __init__(self, signum: int, where: str, checkpoint: str = ""):
+        super().__init__("stopped: %s at %s UTC, %s; %s" % (
+            signal.Signals(signum).name, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), where,
+            "checkpoint " + checkpoint if checkpoint else "no checkpoint (CHECKPOINT_ON_SIGNAL=1 saves one)"))
+        self.exit_code = 128 + signum
+
+class StopSignal:
+    """The SIGTERM/SIGINT handler: raises RunStopped where the main thread is, unless the training loop defers it
+    (CHECKPOINT_ON_SIGNAL=1); then it is only noted, and the loop saves a checkpoint at the step's end and stops."""
+    def __init__(self):
+        self.signum, self.deferred, self.where = None, False, "before training"
+    def __call__(self, signum: int, frame) -> None:
+        self.signum = signum
+        if not self.deferred:
+            raise RunStopped(signum, self.where)
 
 ENV_TYPE_LABELS = {bool: "0/1/true/false", int: "an integer", float: "a number", str: "a string"}
 ENV_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -448,17 +498,18 @@ def autocast_context(dist_info: DistInfo):
     return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dist_info.is_cuda else contextlib.nullcontext()
 
 class Logger:
-    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused."""
-    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str):
+    """Rank 0 logs to the console and logs/<run_id>.txt; an existing log or outputs folder of that name is refused,
+    except by a resume, which appends to its run's log."""
+    def __init__(self, dist_info: DistInfo, log_dir: str, run_id: str, resume: bool = False):
         self.path, self.output_dir = os.path.join(log_dir, run_id + ".txt"), os.path.join(log_dir, run_id)
         self._file = None
         if dist_info.is_main:
             os.makedirs(log_dir, exist_ok=True)
             taken = [path for path in (self.path, self.output_dir) if os.path.exists(path)]
-            if taken:
+            if taken and not resume:
                 raise ConfigError(["RUN_ID=%s: %s already exists (an earlier run's): choose another RUN_ID or move "
                                    "it away" % (run_id, taken[0])])
-            self._file = open(self.path, "x", encoding="utf-8")  # "x": never append to another run's log
+            self._file = open(self.path, "a" if resume else "x", encoding="utf-8")  # "x": not another run's log
             print("logfile:" + self.path, flush=True)
 
     def log(self, msg: str, console: bool = True) -> None:
@@ -580,11 +631,15 @@ def list_shards(pattern: str, what: str) -> List[str]:
         raise DataError(f"no {what} shards match {pattern} (set DATA_PATH, or build data: see README)")
     return paths
 
+# A train host source yields (x, y, state): passed back as make_train_loader's `state`, `state` restarts the source
+# right after that batch (DeviceBatchFeed.state_dict() is the state of the last batch handed out; checkpoints).
 def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len: int,
-                            pin_memory: bool) -> Iterator[tuple]:
+                            pin_memory: bool, state: Sequence[int] = (0, 0)) -> Iterator[tuple]:
     """SPEC §3 micro-batches of rank r: CPU int64 (x, y) of (rows, seq_len), views of the r-th of the world_size spans
-    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps."""
-    span, file_index, position, tokens = rows * seq_len + 1, 0, 0, load_data_shard(paths[0])
+    of rows * seq_len + 1 tokens of a micro-step (only it is copied); shards load when first needed, the list wraps.
+    state: (shard index, token position) where the next micro-step starts."""
+    span, (file_index, position) = rows * seq_len + 1, state
+    tokens = load_data_shard(paths[file_index])
     mine, total = dist_info.rank * span, dist_info.world_size * span  # this rank's offset in a micro-step's tokens
     while True:
         buffer = torch.empty(span, dtype=torch.int64, pin_memory=pin_memory)
@@ -602,7 +657,7 @@ def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len:
             if start < stop:
                 buffer.numpy()[start - mine:stop - mine] = tokens[position + start - done:position + stop - done]
             position, done, loads_without_tokens = position + step, done + step, 0
-        yield buffer[:-1].view(rows, seq_len), buffer[1:].view(rows, seq_len)
+        yield buffer[:-1].view(rows, seq_len), buffer[1:].view(rows, seq_len), (file_index, position)
 
 class ShuffledSequences:
     """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
@@ -622,12 +677,20 @@ class ShuffledSequences:
 
     def _reset_all(self) -> None:
         """A fresh phase, then a fresh permutation, per shard in file order (SPEC_0409 §3's RNG call order)."""
-        self.starts = []
+        self.starts, self.reset_rng = [], self.rng.bit_generator.state
         for tokens in self.tokens:
             max_phase = min(self.seq_len - 1, max(0, len(tokens) - self.seq_len - 1))
             phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
             self.starts.append(phase + self.rng.permutation((len(tokens) - 1 - phase) // self.seq_len) * self.seq_len)
         self.left = np.array([len(starts) for starts in self.starts], dtype=np.float64)  # the record's choice weights
+
+    def state_dict(self) -> dict:  # the RNG state before the last reset (it redraws the permutations), now, and left
+        return {"reset_rng": self.reset_rng, "rng": self.rng.bit_generator.state, "left": self.left.tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["reset_rng"]
+        self._reset_all()
+        self.rng.bit_generator.state, self.left = state["rng"], np.array(state["left"], dtype=np.float64)
 
     def plan(self, rows: int) -> List[tuple]:
         """(shard, start) of the next `rows` sequences (all the RNG draws); a shard's starts pop from the end."""
@@ -655,9 +718,77 @@ def shuffled_host_batches(sampler: ShuffledSequences, rows: int, pin_memory: boo
     while True:
         batch = torch.empty((2, rows, sampler.seq_len), dtype=torch.int64, pin_memory=pin_memory)
         sampler.gather(sampler.plan(rows), batch.numpy())
-        yield batch[0], batch[1]
+        yield batch[0], batch[1], sampler.state_dict()
 
 BOS_ID = 1  # SPEC §2: every document in a shard starts with <s> (id 1)
+CU_SEQLENS_BUCKET = 64  # SPEC_0427 §3: cu_seqlens padded to a multiple of 64 entries (few compiled shapes)
+
+def document_cu_seqlens(tokens, bos_id: int, max_len: int, bucket: int) -> np.ndarray:
+    """SPEC_0427 §3's segments of a packed row (T,): documents start at each BOS (and at 0), each is cut into pieces of
+    <= max_len tokens counted from its start; int32 piece starts + [T], padded with T (empty trailing segments) to a
+    multiple of `bucket` entries. Also for any packed stream of documents (TTT's document-aware phase)."""
+    length, starts = len(tokens), np.flatnonzero(np.asarray(tokens) == bos_id)
+    starts = starts if len(starts) and starts[0] == 0 else np.concatenate(([0], starts))
+    counts = -(-np.diff(np.append(starts, length)) // max_len)  # pieces per document
+    piece_index = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # within its document
+    pieces = np.repeat(starts, counts) + piece_index * max_len
+    cu_seqlens = np.full(ceil_div(len(pieces) + 1, bucket) * bucket, length, dtype=np.int32)
+    cu_seqlens[:len(pieces)] = pieces
+    return cu_seqlens
+
+def first_document(path: str, tokens: np.ndarray, need: int) -> int:
+    """Where a shard's first BOS is; a shard without one, or without `need` tokens from it, is a DataError."""
+    for begin in range(0, len(tokens), 1 << 16):  # chunks: a memmap is read only up to the first BOS
+        hits = np.flatnonzero(tokens[begin:begin + (1 << 16)] == BOS_ID)
+        if len(hits):
+            if begin + hits[0] + need > len(tokens):
+                raise DataError(f"{path}: {len(tokens) - begin - hits[0]} tokens from its first BOS, fewer than the "
+                                f"WORLD_SIZE*(TRAIN_BATCH_TOKENS/8+1)={need} of a micro-step (TRAIN_LOADER=documents)")
+            return begin + int(hits[0])
+    raise DataError(f"{path}: no BOS (id {BOS_ID}) in its {len(tokens)} tokens: TRAIN_LOADER=documents packs "
+                    f"BOS-delimited documents")
+
+def document_host_batches(shards: Sequence[tuple], dist_info, row_tokens: int, seq_len: int,
+                          pin_memory: bool, state: Optional[Sequence[int]] = None) -> Iterator[tuple]:
+    """SPEC_0427 §3 micro-batches of rank r from (path, memmap) shards: CPU x, y int64 (1, T) and int32 cu_seqlens
+    (pieces <= seq_len). Every rank reads the same shard, in file order from its first BOS; a micro-step takes
+    WORLD_SIZE spans of T + 1 tokens (rank r the r-th); a shard without room for the next one is left (its tail
+    dropped), the list wraps; no RNG. Only the spans are read (no whole-shard load stalls the queue).
+    state: (shard index, cursor) where the next micro-step starts (a checkpoint's)."""
+    span, total = row_tokens + 1, dist_info.world_size * (row_tokens + 1)
+    file_index, cursor = state or (0, first_document(*shards[0], total))
+    path, tokens = shards[file_index]
+    while True:
+        if cursor + total > len(tokens):
+            file_index = (file_index + 1) % len(shards)
+            path, tokens = shards[file_index]
+            cursor = first_document(path, tokens, total)
+        buffer = torch.empty(span, dtype=torch.int64, pin_memory=pin_memory)
+        buffer.numpy()[:] = tokens[cursor + dist_info.rank * span:cursor + (dist_info.rank + 1) * span]
+        cursor += total
+        cu_seqlens = torch.from_numpy(document_cu_seqlens(buffer.numpy()[:-1], BOS_ID, seq_len, CU_SEQLENS_BUCKET))
+        yield (buffer[None, :-1], buffer[None, 1:], cu_seqlens.pin_memory() if pin_memory else cu_seqlens,
+               (file_index, cursor))
+
+class TrainingClock:
+    """Training time in ms, paused for evaluations; loaders stamp it at each batch they read, so last_read_ms is
+    when the last training token was read on it (SPEC_0427 §0.4: GPTQ calibration reads resume it)."""
+
+    def __init__(self, elapsed_ms: float = 0.0):
+        self.started, self.elapsed_ms, self.last_read_ms = None, elapsed_ms, 0.0
+
+    def now_ms(self) -> float:
+        return self.elapsed_ms + (0.0 if self.started is None else 1000.0 * (time.perf_counter() - self.started))
+
+    def run(self, running: bool) -> float:
+        """Starts (resumes) or pauses the clock; returns the training time so far."""
+        self.elapsed_ms, self.started = self.now_ms(), time.perf_counter() if running else None
+        return self.elapsed_ms
+
+    def stamped(self, batches: Iterator[tuple]) -> Iterator[tuple]:
+        for batch in batches:  # a read while paused gets the paused time; the compile warm-up's reads, 0
+            self.last_read_ms = self.now_ms()
+            yield batch
 
 class BackgroundIterator:
     """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
@@ -711,25 +842,27 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     plus, on CUDA, timing events around each batch's wait or copy on the compute stream."""
 
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
-        self.source, self.device, self.pending, self.closed = source, device, None, False
+        self.source, self.device, self.pending, self.closed, self.state = source, device, None, False, None
         self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" and use_copy_stream else None
         self.host_wait_seconds, self.event_pairs = 0.0, []
 
     def _fetch(self) -> tuple:
-        """(host tensors, device copies, ready event) of the next source item; both None without a copy stream."""
+        """(host tensors, device copies, ready event, a train source's state) of the next item (copies: see below)."""
         start = time.perf_counter()
-        host = next(self.source)
+        item = next(self.source)  # tensors, then a train source's state (the non-tensor last entry)
+        host, state = tuple(part for part in item if isinstance(part, Tensor)), item[-1]
+        state = None if isinstance(state, Tensor) else state
         self.host_wait_seconds += time.perf_counter() - start
         if self.copy_stream is None:
-            return host, None, None
+            return host, None, None, state
         with torch.cuda.stream(self.copy_stream):
             copies = tuple(tensor.to(self.device, non_blocking=True) for tensor in host)
-        return host, copies, self.copy_stream.record_event()
+        return host, copies, self.copy_stream.record_event(), state
 
     def __next__(self) -> tuple:
         if self.closed:
             raise RuntimeError("batch feed is closed")
-        host, copies, ready = self.pending or self._fetch()
+        host, copies, ready, self.state = self.pending or self._fetch()
         try:
             self.pending = self._fetch()
         except StopIteration:
@@ -750,6 +883,9 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def next_batch(self) -> tuple:
         return next(self)[1]
 
+    def state_dict(self):  # the source's state after the last batch handed out (the producer runs ahead)
+        return self.state
+
     def take_wait_stats(self) -> tuple:
         """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
         stats = (1000.0 * self.host_wait_seconds, self.event_pairs)
@@ -763,30 +899,49 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-def make_train_loader(h, dist_info, logger) -> DeviceBatchFeed:
-    """A loader from the start of the TRAIN_LOADER order; to rewind, close() the old one first (no producer runs on)."""
+def make_train_loader(h, dist_info, logger, clock: Optional[TrainingClock] = None, order: str = "train",
+                      state=None) -> DeviceBatchFeed:
+    """A loader from the start of the TRAIN_LOADER (or `order`'s) order, or from a state_dict()'s batch, its reads
+    stamped on `clock` (feed.clock); to rewind, close() the old one first (no producer runs on)."""
     cuda, paths = dist_info.device.type == "cuda", list_shards(h.train_files, "train")
+    order, clock = h.train_loader if order == "train" else order, clock or TrainingClock()
     pin_memory = cuda and h.train_prefetch  # the synchronous loader copies from pageable memory, as SPEC §3
     rows = h.train_batch_tokens // (dist_info.world_size * dist_info.grad_accum_steps) // h.train_seq_len
-    if h.train_loader == "shuffled":
+    if order == "documents":  # every shard checked before the first batch (a memmap read up to its first BOS)
+        shards = []
+        for path in paths:
+            with open(path, "rb") as file:
+                num_tokens = _read_shard_header(path, file)
+            shards.append((path, np.memmap(path, "<u2", "r", SHARD_HEADER_BYTES, (num_tokens,))))
+            first_document(*shards[-1], dist_info.world_size * (rows * h.train_seq_len + 1))
+        batches = document_host_batches(shards, dist_info, rows * h.train_seq_len, h.train_seq_len, pin_memory,
+                                        state)
+        kind = f"documents shards:{len(paths)} row_tokens:{rows * h.train_seq_len} max_piece:{h.train_seq_len}"
+    elif order == "shuffled":
         if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
             raise DataError(f"TRAIN_LOADER=shuffled gives rank r the shards [r::WORLD_SIZE] of the {len(paths)} "
                             f"matching {h.train_files}: WORLD_SIZE={dist_info.world_size} needs at least that many")
         seed = dist_info.rank if h.train_shuffle_seed == "rank" else np.random.SeedSequence(h.seed, spawn_key=(
             dist_info.rank,))  # rank_and_seed: NumPy's spawn(WORLD_SIZE)[rank] of SeedSequence(SEED)
         sampler = ShuffledSequences(paths[dist_info.rank::dist_info.world_size], h.train_seq_len, seed)
+        if state is not None:
+            sampler.load_state_dict(state)
         batches = shuffled_host_batches(sampler, rows, pin_memory)
         kind = (f"shuffled shards:{len(sampler.paths)}/{len(paths)} sequences:{int(sampler.left.sum())} "
                 f"seed:{h.train_shuffle_seed}")
     else:
-        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory), "sequential"
+        batches, kind = sequential_host_batches(paths, dist_info, rows, h.train_seq_len, pin_memory,
+                                                state or (0, 0)), "sequential"
+    batches = clock.stamped(batches)
     if h.train_prefetch:
         batches = BackgroundIterator(batches, h.train_prefetch_queue, dist_info.device, "train-batch-producer")
     copy_stream = cuda and h.train_copy_stream
     logger.log(f"train_data loader:{kind} prefetch:{int(h.train_prefetch)} prefetch_queue:{h.train_prefetch_queue} "
                f"pin_memory:{int(pin_memory)} copy_stream:{int(copy_stream)}"
                + ("" if cuda else " (device cpu: pinning and copy stream skipped)"))
-    return DeviceBatchFeed(batches, dist_info.device, copy_stream)
+    feed = DeviceBatchFeed(batches, dist_info.device, copy_stream)
+    feed.clock = clock
+    return feed
 
 def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBatchFeed:
     """One eval pass: ((x_cpu, y_cpu), (x, y)) per spec, batch i+1 built (VAL_PREFETCH) and copied (VAL_COPY_STREAM)
@@ -825,7 +980,8 @@ class GPT(nn.Module):
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len if h.rope_ntk else math.inf, h.rope_bf16)
         self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
-        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len})  # made before any compiled forward
+        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len, h.train_batch_tokens // 8 if  # made
+                                    h.train_loader == "documents" else h.train_seq_len})  # before any compiled forward
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
@@ -874,26 +1030,29 @@ class GPT(nn.Module):
             if isinstance(module, CastedLinear):
                 (nn.init.zeros_ if module is self.lm_head else nn.init.orthogonal_)(module.weight)
 
-    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
-        """Mean cross-entropy of the next-token logits; with gradients, CE_KERNEL's fused op (evals keep this form)."""
+    def forward(self, ids: Tensor, targets: Tensor, cu_seqlens: Optional[Tensor] = None) -> Tensor:
+        """Mean cross-entropy of the next-token logits; with gradients, CE_KERNEL's fused op (evals keep this form).
+        With cu_seqlens, ids (1, T) is a packed row whose tokens attend within their segment only (SPEC_0427 §5)."""
         if self.ce_op is not None and torch.is_grad_enabled():
-            logits = self.logits_from_hidden(self.forward_hidden(ids), capped=False)
+            logits = self.logits_from_hidden(self.forward_hidden(ids, None, cu_seqlens), capped=False)
             return self.ce_op(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), self.logit_softcap).mean()
-        logits = self.forward_logits(ids)
+        logits = self.logits_from_hidden(self.forward_hidden(ids, None, cu_seqlens))
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     def forward_logits(self, ids: Tensor) -> Tensor:
         return self.logits_from_hidden(self.forward_hidden(ids))
 
-    def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None) -> Tensor:
-        """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input."""
+    def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None,
+                       cu_seqlens: Optional[Tensor] = None) -> Tensor:
+        """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input.
+        The blocks get rope = (the RoPE tables, cu_seqlens): where each token sits, in the row and in its segment."""
         x = self.tok_emb(ids)
         if self.bigram is not None:
             x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
         if self.smear_gate is not None:
             x = self.smear_gate(x, ids, self.smear_lambda)
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
-        rope = self.rope_tables(ids.size(1), ids.device, x.dtype)
+        rope = self.rope_tables(ids.size(1), ids.device, x.dtype) + (cu_seqlens,)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         encoder, decoder = self.layer_orders[self.looping]
         skips = []
@@ -1043,23 +1202,26 @@ class CausalSelfAttention(nn.Module):
         # SPEC_0427 §4: the sparse per-head output gate (zero init: every head starts at half its output)
         self.attn_gate_w = nn.Parameter(torch.zeros(h.num_heads, h.gate_window)) if h.sparse_attn_gate_enabled else None
         self.attn_gate_scale = h.sparse_attn_gate_scale
-        self.backend = "sdpa"
+        self.backend, self.doc_backend, self.max_piece = "sdpa", "sdpa", h.train_seq_len  # attention with cu_seqlens
         self.qkv_op: Optional[Callable] = None  # the fused q/k/v op when QK_KERNEL selects Triton
         self.xsa_op: Optional[Callable] = None  # the fused XSA op, likewise
 
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor], collector: Optional["HessianCollector"] = None) -> Tensor:
-        """A collector gets the inputs of c_q/c_k/c_v and proj, from the PyTorch forms."""
+        """A collector gets the inputs of c_q/c_k/c_v and proj, from the PyTorch forms. The fused q/k/v and XSA ops are
+        per token, so they take a packed row (rope's cu_seqlens not None) as any other."""
         batch, seq_len, _ = x.shape
+        *rope, cu_seqlens = rope
+        backend = self.backend if cu_seqlens is None else self.doc_backend
         if collector is not None:
             collector.add(x, *(self.name + part for part in ("c_q.weight", "c_k.weight", "c_v.weight")))
         if self.qkv_op is not None and collector is None:
-            repeat = 1 if self.backend == "fa3" else self.num_heads // self.num_kv_heads  # FA3 takes GQA natively
+            repeat = 1 if backend in GQA_BACKENDS else self.num_heads // self.num_kv_heads
             plain_v = self.use_xsa and repeat > 1  # XSA reads v unrepeated; the op's backward adds its gradient
             qkv = F.linear(x, torch.cat((w_q, w_k, w_v)).to(x.dtype))
             q, k, v, v_plain = self.qkv_op(qkv, value_embed, rope[0], rope[1], self.q_gain.to(x.dtype),
                                            self.num_heads, self.rope_dims, repeat, plain_v)
-            y = causal_attention(q, k, v, self.backend)
+            y = causal_attention(q, k, v, backend, cu_seqlens, self.max_piece)
             v = v_plain if plain_v else v
         else:
             q = F.linear(x, w_q.to(x.dtype)).view(batch, seq_len, self.num_heads, self.head_dim)
@@ -1069,7 +1231,7 @@ class CausalSelfAttention(nn.Module):
                 v = v + value_embed
             v = v.view(batch, seq_len, self.num_kv_heads, self.head_dim)
             q = qk_norm_rope(q, *rope, self.q_gain.to(q.dtype))
-            y = causal_attention(q, qk_norm_rope(k, *rope, None), v, self.backend)
+            y = causal_attention(q, qk_norm_rope(k, *rope, None), v, backend, cu_seqlens, self.max_piece)
         if self.use_xsa:  # v has the KV heads here (group H / Hkv)
             xsa = self.xsa_op if self.xsa_op is not None and collector is None else exclusive_self_attention
             y = xsa(y, v)
@@ -1208,8 +1370,14 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
     return (q, k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2),
             v if plain_v else v.new_empty(0))
 
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
-    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv)."""
+GQA_BACKENDS = ("fa3", "fa3_varlen", "flex")  # they read KV head h // (H / Hkv) themselves: K, V not repeated
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str, cu_seqlens: Optional[Tensor] = None,
+                     max_piece: int = 0) -> Tensor:
+    """q (B, T, H, D), k/v (B, T, Hkv, D) -> (B, T, H, D); query head h reads KV head h // (H / Hkv). With cu_seqlens
+    (B = 1, a packed row), only within each segment [cu[i], cu[i + 1]) of <= max_piece tokens (SPEC_0427 §5)."""
+    if cu_seqlens is not None:
+        return document_attention(q, k, v, cu_seqlens, max_piece, backend)
     if backend == "fa3":
         out = _flash_attn_func(q, k, v, causal=True)
         return out[0] if isinstance(out, tuple) else out
@@ -1218,6 +1386,33 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str) -> Tensor:
     if group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+def document_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_piece: int, backend: str) -> Tensor:
+    """causal_attention() of a packed row by DOC_ATTN_BACKEND: a varlen kernel (FA3's, PyTorch's), FlexAttention with
+    a document mask, or SDPA with a dense (T, T) block-diagonal mask (short rows only: the reference-like path)."""
+    group = q.size(2) // k.size(2)
+    if group > 1 and backend not in GQA_BACKENDS:
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    if backend in ("fa3_varlen", "torch_varlen"):
+        varlen = _flash_attn_varlen_func if backend == "fa3_varlen" else _torch_varlen_attn
+        out = varlen(q[0], k[0], v[0], cu_seqlens, cu_seqlens, max_piece, max_piece,
+                     **(dict(causal=True) if backend == "fa3_varlen" else TORCH_VARLEN_CAUSAL))
+        return (out[0] if isinstance(out, tuple) else out)[None]
+    positions = torch.arange(q.size(1), device=q.device, dtype=cu_seqlens.dtype)
+    segment = torch.searchsorted(cu_seqlens, positions, right=True)  # a segment's tokens share an id
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if backend == "flex":
+        mask = _flex.create_block_mask(lambda b, h, i, j: (i >= j) & (segment[i] == segment[j]), None, None,
+                                       q.size(2), q.size(2), device=q.device)
+        return _flex.flex_attention(q, k, v, block_mask=mask, enable_gqa=group > 1).transpose(1, 2)
+    mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+
+def per_document_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor) -> Tensor:
+    """The plain reference of document_attention(): causal SDPA on each non-empty segment alone."""
+    bounds = cu_seqlens.tolist()
+    return torch.cat([causal_attention(q[:, a:b], k[:, a:b], v[:, a:b], "sdpa")
+                      for a, b in zip(bounds, bounds[1:]) if b > a], dim=1)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: y (B, T, H, D) minus its component along the unit value v (B, T, Hv, D) of head h // (H / Hv)."""
@@ -1656,13 +1851,15 @@ def fused_ce_op() -> Callable:
         torch.ops.pgolf.softcapped_ce_backward(grad, *ctx.saved_tensors, ctx.softcap), None, None))
     return lambda logits, targets, softcap: op(logits, targets, softcap)[0]
 
-def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch", ce: str = "torch") -> None:
-    """Sets the attention backend and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
+def use_kernels(model: GPT, attention: str, qk: str = "torch", mlp: str = "torch", ce: str = "torch",
+                doc_attention: str = "sdpa") -> None:
+    """Sets the attention backends and the fused ops ("triton") or the PyTorch forms ("torch") on every block."""
     qkv_op, xsa_op = (fused_qkv_heads_op(), fused_xsa_op()) if qk == "triton" else (None, None)
     mlp_op = fused_mlp_op() if mlp == "triton" else None
     model.ce_op = fused_ce_op() if ce == "triton" else None
     for block in model.blocks:
         block.attn.backend, block.attn.qkv_op, block.attn.xsa_op, block.mlp_op = attention, qkv_op, xsa_op, mlp_op
+        block.attn.doc_backend = doc_attention
 
 def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[str, str]]:
     """The one start-up choice, {"attention"|"qk"|"mlp"|"ce": (choice, reason)}: a fused op unless the shapes rule
@@ -1681,7 +1878,7 @@ def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[s
             unsupported = "%s=triton needs the triton package (it ships with CUDA builds of torch)" % env_name
         return select_kernel(env_name, setting, ["triton", "torch"], {"triton": unsupported},
                              lambda name: name == "torch" or probe(), 160)
-    return {"attention": attention,
+    return {"attention": attention, "doc_attention": select_doc_attention_backend(h, dist_info),
             "qk": kernel("QK_KERNEL", h.qk_kernel, qk_rule, lambda: _probe_qk_kernel(
                 head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat)),
             "mlp": kernel("MLP_KERNEL", h.mlp_kernel, mlp_rule, lambda: _probe_mlp_kernel(
@@ -1708,6 +1905,27 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
         "" if hopper else "FlashAttention-3 needs a Hopper GPU")
     candidates = (["fa3", "cudnn", "flash"] if hopper else ["flash", "cudnn"]) + ["efficient", "math"]
     return select_kernel("ATTN_BACKEND", h.attn_backend, candidates, {"fa3": fa3}, runs, 120)
+
+def select_doc_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
+    """TRAIN_LOADER=documents: the first of FA3's varlen kernel, PyTorch's, FlexAttention and SDPA with a mask (rows
+    of <= 8192 tokens) whose forward+backward on a packed row (pieces cut at 64 tokens, empty trailing segments)
+    matches per_document_attention(), or DOC_ATTN_BACKEND."""
+    if h.train_loader != "documents":
+        return "none", "TRAIN_LOADER=%s: no packed rows" % h.train_loader
+    ids = torch.randint(2, 9, (320,), generator=torch.Generator().manual_seed(0))
+    ids[[0, 7, 200]] = BOS_ID  # documents of 7, 193 (4 pieces) and 120 tokens (2 pieces)
+    cu_seqlens = torch.from_numpy(document_cu_seqlens(ids.numpy(), BOS_ID, 64, CU_SEQLENS_BUCKET)).to(dist_info.device)
+    shapes = [(1, 320, heads, h.model_dim // h.num_heads) for heads in (h.num_heads, h.num_kv_heads, h.num_kv_heads)]
+    row_tokens, missing = h.train_batch_tokens // 8, "%s not importable (torch " + torch.__version__ + ")"
+    unsupported = {"fa3_varlen": "" if _flash_attn_varlen_func else missing % "flash_attn_varlen_func",
+                   "torch_varlen": "" if _torch_varlen_attn else missing % "torch.nn.attention.varlen.varlen_attn",
+                   "flex": "" if _flex else missing % "torch.nn.attention.flex_attention",
+                   "sdpa": "a (T, T) mask of T=%d tokens" % row_tokens if row_tokens > 8192 else ""}
+    runs = lambda backend: _probe(lambda q, k, v: document_attention(q, k, v, cu_seqlens, 64, backend),
+                                  lambda q, k, v: per_document_attention(q, k, v, cu_seqlens), shapes,
+                                  torch.bfloat16 if dist_info.is_cuda else torch.float32, dist_info.device,
+                                  "document attention", "out dq dk dv", 2e-2 if dist_info.is_cuda else 1e-4)
+    return select_kernel("DOC_ATTN_BACKEND", h.doc_attn_backend, list(unsupported), unsupported, runs, 120)
 
 def select_kernel(env_name: str, setting: str, candidates: Sequence[str], unsupported: Dict[str, str],
                   probe: Callable[[str], object], width: int) -> Tuple[str, str]:
@@ -2727,19 +2945,23 @@ def collect_hessians(h, logger, model: GPT, make_loader: Callable) -> Dict[str, 
     started, collector, was_training = time.perf_counter(), HessianCollector(), model.training
     model.eval()
     loader = make_loader()
+    loader.clock.run(True)  # training data read on the training clock, from where training stopped (SPEC_0427 §0.4)
     try:
         with fp32_matmul():
             for _ in range(h.gptq_calibration_batches):
-                hidden = model.forward_hidden(loader.next_batch()[0], collector)
+                x, _, *cu_seqlens = loader.next_batch()
+                hidden = model.forward_hidden(x, collector, *cu_seqlens)
                 collector.add(rms_norm(hidden), "tok_emb.weight" if model.lm_head is None else "lm_head.weight")
     finally:
-        loader.close()
+        loader.close()  # its producer stops before the clock does
+        loader.clock.run(False)
         model.train(was_training)
     hessians = {name: total / h.gptq_calibration_batches for name, total in collector.items()}
     for name, module in model.named_modules():
         if isinstance(module, nn.Embedding) and name + ".weight" not in hessians:
             hessians[name + ".weight"] = torch.eye(module.embedding_dim, device=module.weight.device)
     logger.log("GPTQ:collected %d Hessians in %.1fs" % (len(collector), time.perf_counter() - started))
+    logger.log("train_data:last_read_ms:%.0f (GPTQ calibration included)" % loader.clock.last_read_ms)
     return hessians
 
 def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, output_dir: str,
@@ -2778,10 +3000,12 @@ def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callabl
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps, total = dist_info.grad_accum_steps, torch.zeros((), device=dist_info.device)
     for _ in range(steps):
-        x, y = loader.next_batch()
+        x, y, *cu_seqlens = loader.next_batch()  # cu_seqlens: TRAIN_LOADER=documents
+        for entries in cu_seqlens:  # any number of segments: one compiled graph (not one per bucket of 64)
+            torch._dynamo.mark_dynamic(entries, 0)
         mark("batch")
         with autocast_context(dist_info):
-            loss = model(x, y)
+            loss = model(x, y, *cu_seqlens)
         mark("forward")
         (loss / steps).backward()
         mark("backward")
@@ -2866,33 +3090,154 @@ class TrainTelemetry:
         self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
             self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
 
+# A checkpoint, logs/<RUN_ID>/checkpoints/step_<N>/: model.pt (rank 0's weights, Adam states, EMA/SWA, looping and
+# late-QAT switches), rank_<r>.pt (rank r's Muon momentum rows, loader state, RNG states) and manifest.json (step,
+# train time, world size, resolved config, each file's sha256), written last in step_<N>.tmp, renamed whole.
+RESUME_FREE_FIELDS = set("run_id resume checkpoint_every checkpoint_on_signal checkpoint_keep train_prefetch "
+                         "train_prefetch_queue train_copy_stream val_prefetch val_prefetch_queue val_copy_stream "
+                         "val_progress_log_every training_timing_breakdown training_timing_every train_log_every "
+                         "val_loss_every final_eval".split())  # a resume may change these: not the training math
+
+def checkpoint_steps(root: str) -> List[int]:
+    return sorted(int(name[5:]) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)) \
+        if os.path.isdir(root) else []
+
+def write_atomic(path: str, obj) -> None:
+    """bytes, or torch.save of obj, into path + .tmp, synced, then renamed onto path."""
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(obj) if isinstance(obj, bytes) else torch.save(obj, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)
+
+def save_checkpoint(h, dist_info, base_model: GPT, optimizers: Optimizers, averages, loader, progress: dict) -> str:
+    """progress: step, train_ms and stop_early (the wallclock cap's verdict) of the step just ended."""
+    root = os.path.join("logs", h.run_id, "checkpoints")
+    folder = os.path.join(root, "step_%d" % progress["step"])
+    temp = folder + ".tmp"
+    if dist_info.is_main:
+        shutil.rmtree(temp, ignore_errors=True)  # a save that died half-way
+        os.makedirs(temp)
+    barrier(dist_info)
+    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+           torch.cuda.get_rng_state(dist_info.device) if dist_info.is_cuda else None)
+    write_atomic(os.path.join(temp, "rank_%d.pt" % dist_info.rank), dict(
+        muon=[optimizers.muon.state[bank]["momentum"] for bank in optimizers.muon.banks], loader=loader.state_dict(),
+        rng=rng))
+    if dist_info.is_main:
+        write_atomic(os.path.join(temp, "model.pt"), dict(
+            model=base_model.state_dict(), adams=[adam.state_dict() for adam in optimizers.adams], ema=averages.ema,
+            swa=(averages.swa_sum, averages.swa_count), looping=base_model.looping, qat=base_model.qat_enabled()))
+    barrier(dist_info)  # every rank's file is in place
+    if dist_info.is_main:
+        files = {name: hashlib.sha256(read_checkpoint_file(os.path.join(temp, name))).hexdigest()
+                 for name in sorted(os.listdir(temp))}
+        write_atomic(os.path.join(temp, "manifest.json"), json.dumps(dict(
+            progress, world_size=dist_info.world_size, files=files, config={f.name: getattr(h, f.name) for f in
+                                                                           fields(h)}), indent=1).encode())
+        shutil.rmtree(folder, ignore_errors=True)  # a run resumed from an older checkpoint saves this step again
+        os.rename(temp, folder)
+        for old in checkpoint_steps(root)[:-h.checkpoint_keep]:
+            shutil.rmtree(os.path.join(root, "step_%d" % old))
+    barrier(dist_info)
+    return folder
+
+def read_checkpoint_file(path: str, sha256: str = "") -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise CheckpointError("checkpoint file %s: %s" % (path, exc.strerror)) from None
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointError("checkpoint file %s (%d bytes): its sha256 is not manifest.json's: truncated or "
+                              "corrupted" % (path, len(data)))
+    return data
+
+def resolve_resume(h: Hyperparameters, environ, world_size: int) -> Tuple[Hyperparameters, Optional[dict]]:
+    """RESUME's manifest (+ folder), checked against this launch's settings and world size, and h with the
+    checkpoint's RUN_ID; without RESUME: (h, None). RESUME=latest: RUN_ID's newest checkpoint."""
+    if not h.resume:
+        return h, None
+    folder, root = h.resume, os.path.join("logs", h.run_id, "checkpoints")
+    if folder == "latest" and ("RUN_ID" not in environ or not checkpoint_steps(root)):
+        raise CheckpointError("RESUME=latest: no checkpoint in %s (it continues the run named by RUN_ID)" % root)
+    folder = os.path.join(root, "step_%d" % checkpoint_steps(root)[-1]) if folder == "latest" else folder
+    try:
+        manifest = json.loads(read_checkpoint_file(os.path.join(folder, "manifest.json")))
+        saved, world, _ = manifest["config"], manifest["world_size"], (manifest["step"], manifest["train_ms"])
+    except (CheckpointError, ValueError, LookupError, TypeError) as exc:
+        raise CheckpointError("RESUME=%s: not a complete checkpoint folder (%s)" % (h.resume, exc)) from None
+    changed = ["%s=%r (checkpoint: %r)" % (f.name.upper(), getattr(h, f.name), saved.get(f.name)) for f in fields(h)
+               if f.name not in RESUME_FREE_FIELDS and getattr(h, f.name) != saved.get(f.name)]
+    for failed, message in [
+            (environ.get("RUN_ID", saved["run_id"]) != saved["run_id"], "is run %s's checkpoint, not RUN_ID=%s's"
+             % (saved["run_id"], h.run_id)),
+            (world != world_size, "was written by %d ranks, this launch has WORLD_SIZE=%d: a resume keeps the world "
+             "size (each rank's Muon rows and data order are its own)" % (world, world_size)),
+            (changed, ": the settings differ from the checkpoint's run in %s: a resume must train the same way"
+             % ", ".join(changed))]:
+        if failed:
+            raise CheckpointError("RESUME=%s%s%s" % (folder, "" if message[0] == ":" else " ", message))
+    return replace(h, run_id=saved["run_id"]), dict(manifest, folder=folder)
+
+def load_checkpoint(dist_info, checkpoint: dict, base_model: GPT, optimizers: Optimizers, averages):
+    """Restores the weights, optimizer states, EMA/SWA, switches and RNG states (over the warm-up's restored state);
+    returns this rank's loader state. Each file must have the manifest's sha256."""
+    saved, mine = (torch.load(io.BytesIO(read_checkpoint_file(os.path.join(checkpoint["folder"], name), checkpoint[
+        "files"].get(name, "missing"))), map_location=dist_info.device, weights_only=False)
+                   for name in ("model.pt", "rank_%d.pt" % dist_info.rank))
+    base_model.load_state_dict(saved["model"])
+    for adam, state in zip(optimizers.adams, saved["adams"]):
+        adam.load_state_dict(state)
+    for bank, momentum in zip(optimizers.muon.banks, mine["muon"]):  # as saved: load_state_dict would cast bf16
+        optimizers.muon.state[bank]["momentum"] = momentum
+    base_model.looping, (swa_sum, averages.swa_count) = saved["looping"], saved["swa"]
+    base_model.set_qat(saved["qat"])
+    averages.ema, averages.swa_sum = saved["ema"], swa_sum and {k: t.cpu() for k, t in swa_sum.items()}  # CPU sum
+    python_rng, numpy_rng, torch_rng, cuda_rng = mine["rng"]
+    random.setstate(python_rng)
+    np.random.set_state(numpy_rng)
+    torch.set_rng_state(torch_rng.cpu())
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state(cuda_rng.cpu(), dist_info.device)
+    return mine["loader"]
+
 def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: GPT, model: nn.Module,
-          optimizers: Optimizers, val: ValidationData, make_loader) -> WeightAverages:
+          optimizers: Optimizers, val: ValidationData, make_loader, signals: StopSignal,
+          checkpoint: Optional[dict]) -> WeightAverages:
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
-    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop."""
+    warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop; checkpoints (off the
+    clock) every CHECKPOINT_EVERY steps and, with CHECKPOINT_ON_SIGNAL, when any rank got SIGTERM/SIGINT."""
     averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
-    with make_loader() as loader:
+    loader_state = checkpoint and load_checkpoint(dist_info, checkpoint, base_model, optimizers, averages)
+    train_ms, step, stop_early = (checkpoint["train_ms"], checkpoint["step"], checkpoint["stop_early"]) \
+        if checkpoint else (0.0, 0, False)
+    with make_loader(state=loader_state) as loader:
         if h.swa_enabled and h.ema_enabled:
             logger.log("swa:ignored SWA_ENABLED=1 with EMA_ENABLED=1: the EMA is applied, as in the record; "
                        "EMA_ENABLED=0 applies SWA")
-        train_ms, step, stop_early, qat_on = 0.0, 0, False, h.qat_enabled
+        if checkpoint:
+            logger.log("resume: step:%d/%d train_time:%.0fms from:%s" % (step, h.iterations, train_ms,
+                                                                          checkpoint["folder"]))
+        qat_on, signals.deferred, clock = base_model.qat_enabled(), h.checkpoint_on_signal, loader.clock
         sync_device(dist_info)
-        t0 = time.perf_counter()
+        clock.run(True)
         while True:
             last_step = step == h.iterations or stop_early
             if last_step or (h.val_loss_every > 0 and step % h.val_loss_every == 0):
                 sync_device(dist_info)
-                val_start = time.perf_counter()
-                train_ms += 1000.0 * (val_start - t0)
+                if last_step:  # no training read after the clock stops (SPEC_0427 §0.4): the producer ends first
+                    loader.close()
+                train_ms, val_start = clock.run(False), time.perf_counter()
                 val_loss, val_bpb = plain_eval(h, dist_info, logger, model, val)
                 logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
                 sync_device(dist_info)
-                t0 = time.perf_counter()
-                telemetry.val_ms += 1000.0 * (t0 - val_start)  # charged to the next breakdown line
+                clock.run(not last_step)
+                telemetry.val_ms += 1000.0 * (time.perf_counter() - val_start)  # charged to the next breakdown line
             if last_step:
                 break
-            elapsed_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            elapsed_ms = clock.now_ms()
             scale, frac = lr_scale_at(h, step, elapsed_ms), training_fraction(h, step, elapsed_ms)
             if h.num_loops > 0 and not base_model.looping and frac >= h.enable_looping_at:
                 base_model.looping = True  # for good: the later evals and the GPTQ calibration run looped
@@ -2913,7 +3258,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             optimizers.zero_grad()
             averages.update_ema()
             step += 1
-            approx_ms = train_ms + 1000.0 * (time.perf_counter() - t0)
+            approx_ms = clock.now_ms()
             if averages.maybe_accumulate_swa(step, scale):
                 logger.log("swa:start step:%d" % step)
             telemetry.end_step(step, loader)
@@ -2923,10 +3268,26 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
                 telemetry.drain()
             capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
-            stop_early = all_reduce_(torch.tensor(float(capped), device=dist_info.device), dist_info, "max").item() > 0
+            signals.where = "step:%d/%d train_time:%.0fms" % (step, h.iterations, approx_ms)
+            verdict = torch.tensor([float(capped), float(signals.signum or 0)], device=dist_info.device)
+            capped_anywhere, signum = all_reduce_(verdict, dist_info, "max").tolist()
+            stop_early, signum = capped_anywhere > 0, int(signum)
+            if signum or (h.checkpoint_every > 0 and step % h.checkpoint_every == 0):
+                sync_device(dist_info)
+                train_ms = clock.run(False)
+                folder = save_checkpoint(h, dist_info, base_model, optimizers, averages, loader,
+                                         dict(step=step, train_ms=train_ms, stop_early=stop_early))
+                logger.log("checkpoint: step:%d/%d train_time:%.0fms path:%s" % (step, h.iterations, train_ms, folder))
+                if signum:  # every rank stops at this step, whichever got the signal
+                    raise RunStopped(signum, signals.where, folder)
+                clock.run(True)
+    signals.deferred, signals.where = False, "in the final evaluation, after step:%d/%d" % (step, h.iterations)
+    if signals.signum:  # it came during the last validation
+        raise RunStopped(signals.signum, signals.where)
     if stop_early and step < h.iterations:
         logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
     telemetry.summary(step, train_ms)
+    logger.log("train_data:last_read_ms:%.0f" % clock.last_read_ms)
     return averages
 
 
@@ -3021,7 +3382,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
             evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
     return results
 
-def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> None:
+def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signals: StopSignal,
+        checkpoint: Optional[dict]) -> None:
     code = strip_source(read_own_source())  # the same text, sha256 and counted bytes from this file or its packed one
     counted = (lambda text: len(pack_source(text)) if brotli is not None else len(text.encode("utf-8")))
     code_bytes = counted(code)
@@ -3035,9 +3397,10 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
     kernels = select_kernels(h, dist_info)
     def make_model() -> GPT:
         fresh = build_model(h, dist_info.device)
-        use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp", "ce")))
+        use_kernels(fresh, *(kernels[part][0] for part in ("attention", "qk", "mlp", "ce", "doc_attention")))
         return fresh
-    make_loader = functools.partial(make_train_loader, h, dist_info, logger)
+    clock = TrainingClock(checkpoint["train_ms"] if checkpoint else 0.0)  # a resumed run's: the time trained
+    make_loader = functools.partial(make_train_loader, h, dist_info, logger, clock)
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
     base_model.set_qat(h.qat_enabled)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
@@ -3048,34 +3411,38 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ) -> Non
             "world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps),
             "attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled),
             "qk_kernel:%s (%s)" % kernels["qk"], "mlp_kernel:%s (%s)" % kernels["mlp"],
-            "ce_kernel:%s (%s)" % kernels["ce"],
+            "ce_kernel:%s (%s)" % kernels["ce"], "doc_attention_backend:%s (%s)%s" % (*kernels["doc_attention"], "" if
+                h.train_loader != "documents" else " packed_rows_qk_kernel:%s (per-token ops)" % kernels["qk"][0]),
             "attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads),
             "tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
             % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,
                h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr),
             "train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
             % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds),
-            "seed:%d" % h.seed]:
+            "seed:%d" % h.seed, "cpu_threads:%d omp_wait_policy:%s"
+            % (torch.get_num_threads(), environ.get("OMP_WAIT_POLICY", "unset (OpenMP spins)"))]:
         logger.log(line)
     if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))
     optimizers = Optimizers(h, base_model, dist_info)
     warmup_and_rewind(h, dist_info, logger, base_model, model, optimizers, make_loader)
-    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader)
+    averages = train(h, dist_info, logger, base_model, model, optimizers, val, make_loader, signals, checkpoint)
     if dist_info.is_cuda:
         logger.log("peak memory allocated: %d MiB reserved: %d MiB"
                    % (torch.cuda.max_memory_allocated() // 2 ** 20, torch.cuda.max_memory_reserved() // 2 ** 20))
     outputs = "log:" + logger.path
     if h.final_eval:
         run_final_evaluation(h, dist_info, logger, base_model, averages, val, code_bytes, make_model,
-                             logger.output_dir, make_loader)
+                             logger.output_dir, functools.partial(make_loader, order=h.gptq_calibration_loader))
         outputs += " model:%s artifact:%s" % tuple(os.path.join(logger.output_dir, name)
                                                    for name in (RAW_MODEL_FILENAME, ARTIFACT_FILENAME))
+    for warning in suspicious_env_names(environ):  # again at the end: the start-up warning scrolls out of sight
+        logger.log("WARNING unknown_env: " + warning)
     logger.log("outputs: " + outputs)
 
 def failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (SIGINT): the run stopped"
+    if isinstance(exc, KeyboardInterrupt):  # RunStopped, or Ctrl-C before the handler is set
+        return str(exc) if isinstance(exc, RunStopped) else "interrupted (SIGINT): the run stopped"
     return str(exc) if isinstance(exc, RunFailure) else "%s: %s" % (type(exc).__name__, exc)
 
 def launch(environ, argv: List[str], world_size: int) -> int:
@@ -3089,16 +3456,20 @@ def launch(environ, argv: List[str], world_size: int) -> int:
                          "train_gpt.py); python train_gpt.py --help lists them" % argv[0], exit_code=2)
     h = Hyperparameters.from_env(environ)
     h.validate_for_world(world_size)
+    h, checkpoint = resolve_resume(h, environ, world_size)
     dist_info = init_distributed(environ)
-    logger = Logger(dist_info, "logs", h.run_id)
+    logger, signals = Logger(dist_info, "logs", h.run_id, resume=checkpoint is not None), StopSignal()
+    handlers = {signum: signal.signal(signum, signals) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        run(h, dist_info, logger, environ)
+        run(h, dist_info, logger, environ, signals, checkpoint)
         barrier(dist_info)  # success only: a failing rank must exit at once so torchrun stops the others
     except BaseException as exc:  # the log ends with the reason too; main() tells the console
-        logger.log("error: " + failure_reason(exc), console=False)
+        logger.log(("" if isinstance(exc, RunStopped) else "error: ") + failure_reason(exc), console=False)
         raise
     finally:
         logger.close()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
@@ -3123,7 +3494,7 @@ def main() -> int:
         status = failure.exit_code
     except KeyboardInterrupt as interrupt:
         print(failure_reason(interrupt), file=sys.stderr, flush=True)
-        status = 130
+        status = getattr(interrupt, "exit_code", 130)
     except Exception:
         time.sleep(grace * (1 + (rank > 0)))
         raise

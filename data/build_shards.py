@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write a trained tokenizer (default: data/tokenizers/fineweb_<V>_bpe.model for the default "
         "--out-dir, else data/tokenizers/<--out-dir's name>.model)",
     )
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokenizer vocab size")
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
+                        help="tokenizer vocab size (default %(default)s)")
     parser.add_argument(
         "--val-docs", type=int, default=None,
         help=f"the first N documents form the validation split (default {DEFAULT_VAL_DOCS}; "

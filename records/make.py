@@ -91,13 +91,20 @@ def hyperparameter_defaults(source: str) -> Dict[str, str]:
     return {}
 
 
+MACHINE_PATHS = {"data_path": "./data/datasets/", "tokenizer_path": "./data/tokenizers/"}  # the data tools' folders
+
+
 def run_command(run: SeedRun, defaults: Dict[str, str]) -> str:
     """The launch that reproduces this log: every setting that differs from the script's default (all of them
-    when the defaults are unknown), then torchrun with the log's world size."""
+    when the defaults are unknown), then torchrun with the log's world size. Data paths outside ./data/ become
+    ./data/datasets/<name> and ./data/tokenizers/<name>, where the data tools put them."""
     settings = []
     for key in sorted(run.config):
         if key not in ("seed", "run_id") and defaults.get(key) != run.config[key]:
-            settings.append("%s=%s" % (key.upper(), shlex.quote(run.config[key])))
+            value = run.config[key]
+            if key in MACHINE_PATHS and not value.startswith("./data/"):  # where the data lay on the run's machine
+                value = MACHINE_PATHS[key] + os.path.basename(os.path.normpath(value))
+            settings.append("%s=%s" % (key.upper(), shlex.quote(value)))
     settings.append("SEED=%s RUN_ID=%s" % (run.seed, shlex.quote(run.run_id or "<any>")))
     launcher = "torchrun --standalone --nproc_per_node=%d train_gpt.py" % (run.world_size or 8)
     return " \\\n".join(settings + [launcher])
@@ -373,6 +380,21 @@ def _parse_baseline(directory: str) -> List[SeedRun]:
     return [parse_log(path) for path in paths]
 
 
+def baseline_data_problems(runs: List[SeedRun], baseline: List[SeedRun]) -> List[str]:
+    """Where the logs and the baseline's say they scored other data: a p-value between them would compare
+    datasets or tokenizers, not training. Only what both sides' logs state is compared."""
+    problems = []
+    for attribute, what in (("val_tokens", "validation tokens"), ("val_bytes", "validation bytes"),
+                            ("tokenizer_sha256", "tokenizer sha256")):
+        ours = {getattr(run, attribute) for run in runs} - {None}
+        theirs = {getattr(run, attribute) for run in baseline} - {None}
+        if ours and theirs and ours != theirs:
+            problems.append("--baseline: %s %s in the logs, %s in the baseline's: other data or another tokenizer "
+                            "(--allow-baseline-mismatch compares them anyway)"
+                            % (what, ", ".join(map(str, sorted(ours))), ", ".join(map(str, sorted(theirs)))))
+    return problems
+
+
 def read_script(script: Path) -> CountedCode:
     """--script (readable) -> the packed counted file, its source (stripped) and the readable text."""
     from records.pack import is_packed, pack_source, read_source, strip_source
@@ -446,6 +468,8 @@ def command_make(args) -> int:
         return 2
     runs = sorted((parse_log(path) for path in args.logs), key=lambda run: (run.seed is None, run.seed or 0))
     refusals = provenance_problems(runs, code) + seed_and_config_problems(runs)
+    if args.baseline and not args.allow_baseline_mismatch:
+        refusals += baseline_data_problems(runs, _parse_baseline(args.baseline))
     if refusals:
         print("refused: nothing written", file=sys.stderr)
         for problem in refusals:
@@ -510,6 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--blurb", default="", help="one-paragraph summary for README and submission.json")
     make.add_argument("--notes", help="a markdown file inserted into README (description, ablations, credits)")
     make.add_argument("--baseline", help="folder with the previous record's logs: adds the Welch t-test")
+    make.add_argument("--allow-baseline-mismatch", action="store_true", help="compare with a baseline whose logs "
+                      "state other validation data or another tokenizer (refused otherwise)")
     make.add_argument("--out", default=str(Path(__file__).resolve().parent), help="records root (default: "
                                                                                   "this package's folder)")
     make.add_argument("--force", action="store_true", help="replace an existing folder (files make does not write "

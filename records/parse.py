@@ -61,6 +61,8 @@ class SeedRun:
     config: Dict[str, str] = field(default_factory=dict)
     world_size: Optional[int] = None
     val_tokens: Optional[int] = None
+    val_bytes: Optional[int] = None  # the validation set's UTF-8 bytes (every bpb's denominator)
+    tokenizer_sha256: Optional[str] = None  # its first 16 hex digits, as the tokenizer_identity line gives them
     model_params: Optional[int] = None
     train_curve: List[Tuple[int, float]] = field(default_factory=list)  # (step, train_loss)
     val_curve: List[Tuple[int, float, float]] = field(default_factory=list)  # (step, val_loss, val_bpb)
@@ -194,6 +196,7 @@ def _parse_header_line(run: SeedRun, line: str) -> None:
         (r"code_sha256:([0-9a-f]{64})$", "code_sha256", str), (r"seed:(\d+)$", "seed", int),
         (r"Running Python (\S+)", "python_version", str), (r"Running PyTorch (\S+)", "pytorch_version", str),
         (r"world_size:(\d+)", "world_size", int), (r"val_loader:.* tokens:(\d+)", "val_tokens", int),
+        (r"val_bytes:(\d+)$", "val_bytes", int), (r"tokenizer_identity: sha256 ([0-9a-f]+)", "tokenizer_sha256", str),
         (r"model_params:(\d+)", "model_params", int), (r"attention_backend:(\S+)", "attention_backend", str),
         (r"peak memory allocated: (\d+) MiB", "peak_memory_mib", int),
     ]

@@ -72,18 +72,18 @@ def test_docs_cite_only_existing_results_and_every_result_is_cited():
 
 
 def test_the_check_sees_a_broken_citation_and_an_uncited_file(tmp_path):
-    for name in ["README.md", "bench/NOTES.md", "bench/results"]:
+    for name in ["README.md", "docs", "bench/NOTES.md", "bench/results"]:
         source, target = REPO / name, tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
     assert citation_problems(tmp_path) == ([], [])
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "docs" / "benchmarks.md"
     text = readme.read_text(encoding="utf-8")
     cited = "bench/results/cpu2core_gptq_solve.txt"
     assert text.count(cited) == 1
     readme.write_text(text.replace(cited, "bench/results/cpu2core_gptq_solve_typo.txt"), encoding="utf-8")
     missing, uncited = citation_problems(tmp_path)
-    assert missing == ["README.md: bench/results/cpu2core_gptq_solve_typo.txt"] and uncited == [cited]
+    assert missing == ["docs/benchmarks.md: bench/results/cpu2core_gptq_solve_typo.txt"] and uncited == [cited]
     readme.write_text(text, encoding="utf-8")
     (tmp_path / "bench/results/h100_profile/stray.log").write_text("nobody cites this\n")
     (tmp_path / "bench/results/cpu_compress/synthetic_record.json").unlink()  # named by cpu_compress/README.md

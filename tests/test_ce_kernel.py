@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tgpt_util import TINY_0427_ENV, run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
+from tgpt_util import TINY_0427_ENV, require_triton, run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
 
 CPU = torch.device("cpu")
 
@@ -72,8 +72,7 @@ def test_forward_uses_the_op_for_gradients_only(tgpt):
 def test_op_traces_with_fake_tensors_as_torch_compile_does(tgpt):
     """What torch.compile sees (fake tensors, no kernel runs): the loss and dx shapes and dtypes (dx in the logits'
     dtype), and forward and backward as the two opaque ops."""
-    if tgpt.triton is None:
-        pytest.skip("triton is not installed")
+    require_triton()
     from torch.fx.experimental.proxy_tensor import make_fx
     op = tgpt.fused_ce_op()
 

@@ -315,7 +315,7 @@ def test_record_env_line_gives_the_record_model(tgpt, tiny_data, monkeypatch, tm
     dist_info = tgpt.DistInfo(0, 1, CPU)
     logger = tgpt.Logger(dist_info, "logs", h.run_id)
     try:
-        tgpt.run(h, dist_info, logger, environ)
+        tgpt.run(h, dist_info, logger, environ, tgpt.StopSignal(), None)
     finally:
         logger.close()
     console = [line for line in (tmp_path / "logs" / "record_line.txt").read_text().splitlines()

@@ -5,12 +5,11 @@ writing that input: the XSA backward once did (v through an index helper), and t
 before each call (2.1 ms per step on 1xH100, bench/NOTES.md). This runs the same analysis on every launch of our
 ops, on the CPU (TTIR needs a target, not a GPU), and requires the written set to be exactly the outputs."""
 import inspect
-import os
 
 import pytest
 import torch
 
-from tgpt_util import tgpt  # noqa: F401  (fixture)
+from tgpt_util import require_triton, tgpt  # noqa: F401  (fixture)
 
 # kernel -> the pointer arguments it may write (its outputs)
 WRITES = {
@@ -65,10 +64,7 @@ def record_launches(tgpt, monkeypatch) -> list:
 
 
 def test_compiled_graph_sees_only_outputs_written(tgpt, monkeypatch):
-    if tgpt.triton is None:
-        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
-            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (.ci/run installs it)")
-        pytest.skip("triton is not installed")
+    require_triton()
     import triton
     from triton.backends.compiler import GPUTarget
     from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors

@@ -199,7 +199,7 @@ def test_config_rows(loader_mod):
     assert parse({"TRAIN_LOADER": "shuffled", "TRAIN_SHUFFLE_SEED": "rank_and_seed"}).train_loader == "shuffled"
     with pytest.raises(loader_mod.ConfigError) as caught:
         parse({"TRAIN_LOADER": "random", "TRAIN_SHUFFLE_SEED": "seed"})
-    assert "TRAIN_LOADER='random': expected one of sequential, shuffled" in caught.value.errors
+    assert "TRAIN_LOADER='random': expected one of sequential, shuffled, documents" in caught.value.errors
     assert "TRAIN_SHUFFLE_SEED='seed': expected one of rank, rank_and_seed" in caught.value.errors
     with pytest.raises(loader_mod.ConfigError) as caught:
         parse({"TRAIN_SHUFFLE_SEED": "rank_and_seed", "SEED": "-3"})

@@ -5,7 +5,7 @@ must be set before triton is imported), against the PyTorch form they replace. S
 import pytest
 import torch
 
-from tgpt_util import run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
+from tgpt_util import require_triton, run_under_triton_interpreter, tgpt  # noqa: F401  (fixture)
 
 
 class _WrongSlopeBackward(torch.autograd.Function):
@@ -41,8 +41,7 @@ def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
 
 
 def test_launch_checks_name_the_problem(tgpt):
-    if tgpt.triton is None:
-        pytest.skip("triton is not installed")
+    require_triton()
     h = tgpt.Hyperparameters.from_env({"MODEL_DIM": "48", "NUM_HEADS": "3", "NUM_KV_HEADS": "1",
                                        "MLP_KERNEL": "triton"})
     with pytest.raises(ValueError, match="model_dim=48 is not a multiple of BLOCK_K=64"):

@@ -17,7 +17,8 @@ from torch import nn
 
 from test_eval import ListLogger
 from test_gptq import record_0409_shapes
-from tgpt_util import REPO, TINY_0409_ENV, run_env, tgpt, tiny_data, tiny_data_8192  # noqa: F401 (fixtures)
+from tgpt_util import (REPO, TINY_0409_ENV, require_triton, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
+                       tiny_data_8192)
 
 CPU = torch.device("cpu")
 
@@ -85,18 +86,19 @@ def test_config_lines_show_the_recipe_and_its_resolved_values(tgpt):
     assert len(config) == len(tgpt.fields(tgpt.Hyperparameters))
 
 
-def test_readme_recipe_table_names_every_setting_the_recipe_changes(tgpt):
-    """README's Configuration table lists each setting whose 2026-04-09 value differs from the default, with it."""
+@pytest.mark.parametrize("recipe,column", [("2026-04-09", -3), ("2026-04-27", -2)])
+def test_readme_recipe_table_names_every_setting_the_recipe_changes(tgpt, recipe, column):
+    """README's recipe table lists each setting whose recipe value differs from the default, with it."""
     readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 |"):]
+    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 | 2026-04-27 |"):]
     table = table[:table.index("\n\n")]
-    for name, value in tgpt.RECIPES["2026-04-09"].items():
+    for name, value in tgpt.RECIPES[recipe].items():
         default = getattr(tgpt.Hyperparameters, name)
         if value != default:
             row = next((line for line in table.splitlines() if "`%s`" % name.upper() in line), None)
             assert row is not None, name.upper()
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                assert "%g" % value in row.split("|")[-2], (name, row)
+                assert "%g" % value in row.split("|")[column], (name, row)
 
 
 def test_recipe_settings_are_checked_at_start_up(tgpt):
@@ -303,7 +305,7 @@ def test_parallel_block_adds_both_branches_of_one_input(tgpt):
     h = tiny(tgpt)
     model = randomized(tgpt, h)
     x, x0 = torch.randn(2, 16, 64), torch.randn(2, 16, 64)
-    rope = tgpt.rotary_tables(16, 16, 8, 10000.0, CPU, torch.float32)
+    rope = tgpt.rotary_tables(16, 16, 8, 10000.0, CPU, torch.float32) + (None,)  # dense rows
     for i, parallel in ((4, True), (5, True), (1, False)):
         block, weights = model.blocks[i], model.layer_weights(i)
         assert block.parallel is parallel
@@ -496,8 +498,8 @@ def test_train_loop_switches_looping_by_fraction_and_stops_at_the_reserve(tgpt, 
     monkeypatch.setattr(tgpt, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(tgpt, "run_micro_steps", stepping)
     monkeypatch.setattr(tgpt.Optimizers, "set_schedule", observed_set_schedule)
-    tgpt.train(h, dist_info, logger, model, model, optimizers, val, lambda: tgpt.make_train_loader(h, dist_info,
-                                                                                                  logger))
+    tgpt.train(h, dist_info, logger, model, model, optimizers, val,
+               lambda state=None: tgpt.make_train_loader(h, dist_info, logger, state), tgpt.StopSignal(), None)
     assert looping == [False, False, False, True, True, True] and model.looping
     assert scales == pytest.approx([1.0, 1.0, 1.0, 1.0, 2 / 3, 0.4])
     assert "layer_loop:enabled step:3 frac:0.500 encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]" in logger.lines
@@ -533,8 +535,8 @@ def test_hessians_are_the_spec_inputs_x_transpose_x_summed_over_the_loops(tgpt):
 
 
 class FixedBatches:
-    def __init__(self, batches):
-        self.batches = list(batches)
+    def __init__(self, batches, clock):
+        self.batches, self.clock = list(batches), clock  # the training clock its reads run on (SPEC_0427 §0.4)
 
     def next_batch(self):
         return self.batches.pop(0)
@@ -556,7 +558,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
     model.blocks[3].register_forward_pre_hook(lambda module, args: modes.append(module.training))
 
     def make_loader():
-        loaders.append(FixedBatches(batches))
+        loaders.append(FixedBatches(batches, tgpt.TrainingClock()))
         return loaders[-1]
 
     logger = ListLogger()
@@ -577,7 +579,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
                                          "BIGRAM_VOCAB_SIZE": "1100", "BIGRAM_DIM": "64", "VOCAB_SIZE": "1100",
                                          "VE_DIM": "64", "QUANTIZER": "gptq", "GPTQ_CALIBRATION_BATCHES": "1"})
     model23 = tgpt.build_model(h23, CPU)
-    hessians = tgpt.collect_hessians(h23, ListLogger(), model23, lambda: FixedBatches(batches))
+    hessians = tgpt.collect_hessians(h23, ListLogger(), model23, lambda: FixedBatches(batches, tgpt.TrainingClock()))
     assert torch.equal(hessians["bigram.embed.weight"], torch.eye(64))
     assert torch.equal(hessians["ve_shared.embed.weight"], torch.eye(64))
     _, meta = tgpt.quantize_state_dict(tgpt.unbank_state_dict(model23.state_dict()), h23, hessians)
@@ -591,6 +593,7 @@ def test_collect_hessians_averages_fresh_loader_batches_in_eval_mode(tgpt):
 def test_kernel_probes_run_at_the_model_shapes(tgpt, monkeypatch, backend, repeat):
     """On CUDA the start-up probes get the model's head counts, the GQA repeat the attention backend uses and the
     MLP width (2048 for the 2026-04-09 model), not a fixed small shape."""
+    require_triton()  # without triton the kernels fall back to PyTorch, and the probes are not run
     seen = {}
     monkeypatch.setattr(tgpt, "select_attention_backend", lambda h, dist_info: (backend, "test"))
     monkeypatch.setattr(tgpt, "_probe_qk_kernel", lambda *args: seen.setdefault("qk", args))

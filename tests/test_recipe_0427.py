@@ -34,6 +34,7 @@ SPEC_0427 = {
     "MLP_CLIP_SIGMAS": 11.5, "ATTN_CLIP_SIGMAS": 13.0, "ATTN_GATE_INT8": True, "LQER_RANK": 4, "LQER_TOP_K": 3,
     "LQER_GROUP": 64,
     "TIED_EMBED_INIT_STD": 0.005, "BIGRAM_ENABLED": False, "SMEAR_ENABLED": False, "VE_ENABLED": False,
+    "TRAIN_LOADER": "documents", "GPTQ_CALIBRATION_LOADER": "shuffled", "ROPE_NTK": False,  # §3, §8.1, §0.15
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     "TOKENIZER_PATH": "./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model",
     # docs/SPEC_0427.md §0 and docs/recipe_0427.md: the Hessians inside the cap (§0.4); the record's local clipping
@@ -320,7 +321,7 @@ def test_sparse_attention_gate_scales_each_head_by_its_gate(tgpt):
     attn, weights = model.blocks[2].attn, model.layer_weights(2)
     generator = torch.Generator().manual_seed(4)
     x = torch.randn(2, 16, 64, generator=generator).abs()  # x[:12] . W_h has the sign of W_h's entries
-    rope = model.rope_tables(16, CPU, torch.float32)
+    rope = model.rope_tables(16, CPU, torch.float32) + (None,)  # no cu_seqlens: dense rows
 
     def proj_input():
         seen = Inputs()
@@ -366,8 +367,8 @@ def test_hessians_are_x_transpose_x_of_the_spec_inputs(tgpt):
 # ---- the whole pipeline ----
 
 def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
-    """RECIPE=2026-04-27 end to end through the trainer on the tiny 1024-vocab data (CaseOps data, the document
-    loader and its attention come with other issues): the recipe's model (two lanes, both gates), the looped
+    """RECIPE=2026-04-27 end to end through the trainer on the tiny 1024-vocab data (CaseOps data comes with another
+    issue): the document loader and its attention, the recipe's model (two lanes, both gates), the looped
     compile warm-up, looping from 35% (step 5 of 12), GPTQ from 37 Hessians, an artifact that holds the new
     parameters, the strict round trip, the sliding window and legal TTT on the looped reloaded model."""
     env = dict(TINY_0427_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"],
@@ -384,6 +385,17 @@ def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
                  "layer_loop:enabled step:5 frac:0.417 encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]"):
         assert line in lines, line
     assert any(re.fullmatch(r"GPTQ:collected 37 Hessians in [\d.]+s", line) for line in lines)
+    # the recipe's data path: packed documents (SPEC_0427 §3, §5), Hessians from shuffled sequences (§8.1)
+    assert any(line.startswith("train_data loader:documents shards:") for line in lines)
+    assert any(line.startswith("train_data loader:shuffled ") for line in lines)
+    assert re.search(r"^doc_attention_backend:sdpa \(auto; fa3_varlen unavailable .* packed_rows_qk_kernel:torch",
+                     out.stdout, re.M)
+    # §0.4: the last training read on the training clock: the loop's before its stop, the Hessians' after it
+    stop_ms = float(re.search(r"^step:12/12 val_loss:\S+ val_bpb:\S+ train_time:(\d+)ms", out.stdout, re.M).group(1))
+    hessian_s = float(re.search(r"^GPTQ:collected 37 Hessians in ([\d.]+)s", out.stdout, re.M).group(1))
+    reads = [float(v) for v in re.findall(r"^train_data:last_read_ms:(\d+)", out.stdout, re.M)]
+    assert len(reads) == 2 and 0 < reads[0] <= stop_ms + 1
+    assert stop_ms - 1 <= reads[1] <= stop_ms + 1000 * hessian_s + 100
     for key in ("final_int6_roundtrip_exact", "final_int6_sliding_window_exact", "legal_ttt_exact"):
         assert any(line.startswith(key + " val_loss:") for line in lines), key
     train = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/12 train_loss:([\d.]+)", out.stdout)}

@@ -186,9 +186,33 @@ def make_record(out: Path, logs, *extra) -> Tuple[int, Path]:
 @pytest.fixture(scope="module")
 def good_folder(complete_logs, baseline_dir, tmp_path_factory):
     rc, folder = make_record(tmp_path_factory.mktemp("records"), complete_logs.values(),
-                             "--baseline", str(baseline_dir))
+                             "--baseline", str(baseline_dir), "--allow-baseline-mismatch")  # the record's FineWeb
     assert rc == 0
     return folder
+
+
+def test_a_baseline_of_other_data_is_refused_unless_allowed(complete_logs, baseline_dir, tmp_path, capsys):
+    """The baseline's logs scored FineWeb's 62,021,632 validation tokens, these the tiny sample's: a p-value
+    between them compares data sets, not training."""
+    rc, folder = make_record(tmp_path, complete_logs.values(), "--baseline", str(baseline_dir))
+    out = capsys.readouterr().out
+    assert rc == 2 and not folder.exists() and not (tmp_path / "track_10min_16mb").exists()
+    assert "--baseline: validation tokens" in out and "62021632 in the baseline's" in out, out
+    same = tmp_path / "same_data"
+    same.mkdir()
+    for seed, path in complete_logs.items():  # the runs themselves as the baseline: the same data, accepted
+        shutil.copy(path, same / ("train_seed%d.log" % seed))
+    from records.make import baseline_data_problems
+    runs = [parse_log(path) for path in complete_logs.values()]
+    assert runs[0].val_tokens and runs[0].val_bytes  # this tiny data set has no manifest: no tokenizer line
+    assert baseline_data_problems(runs, [parse_log(path) for path in same.iterdir()]) == []
+    identity = "tokenizer_identity: sha256 %s... is the tokenizer 'sp' of data/manifest.json"
+    ours, theirs = parse_log_text(identity % ("a" * 16)), parse_log_text(identity % ("b" * 16))
+    assert (ours.tokenizer_sha256, theirs.tokenizer_sha256) == ("a" * 16, "b" * 16)
+    assert baseline_data_problems([ours], [theirs]) == [
+        "--baseline: tokenizer sha256 %s in the logs, %s in the baseline's: other data or another tokenizer "
+        "(--allow-baseline-mismatch compares them anyway)" % ("a" * 16, "b" * 16)]
+    assert baseline_data_problems([ours], [ours]) == []
 
 
 @pytest.fixture
@@ -611,3 +635,17 @@ def test_check_readable_file_must_strip_to_the_packed_source(bad_folder):
            "not the file that was packed" in problems_of(bad_folder)
     readable.unlink()
     assert "missing train_gpt_readable.py: the readable source of the packed train_gpt.py" in problems_of(bad_folder)
+
+
+def test_run_command_names_no_paths_of_the_machine_that_ran():
+    """The shipped folder's README once gave DATA_PATH=/work/main/.carry/wiki1024: a path of the GPU machine."""
+    from records.make import run_command
+    run = parse_log_text("code_sha256:%s\nconfig:data_path=/work/main/.carry/wiki1024\nconfig:tokenizer_path="
+                         ".carry/sp1024.model\nconfig:seed=42\nconfig:run_id=s42\nseed:42\n" % ("0" * 64))
+    command = run_command(run, {"data_path": "./data/datasets/fineweb10B_sp1024"})
+    assert "DATA_PATH=./data/datasets/wiki1024 " in command and "TOKENIZER_PATH=./data/tokenizers/sp1024.model" \
+        in command and ".carry" not in command, command
+    shipped = (REPO / "records").glob("track_*/*/README.md")
+    for readme in shipped:
+        text = readme.read_text(encoding="utf-8")
+        assert not re.search(r"\.carry|/work/|/root/|/home/", text), readme

@@ -142,6 +142,12 @@ def test_cpu_preset_applies_with_data_paths_set_and_exported_settings_win(tmp_pa
     assert out.returncode == 2, out.stdout[-3000:]
     assert last_line(out.stdout).startswith("run.sh: FAILED (exit 2): invalid configuration:")
     assert "MODEL_DIM=128 must be divisible by NUM_HEADS=3" in last_line(out.stdout)
+    # refused before any work: no log claims the RUN_ID, so the corrected run may use it (issue 36)
+    assert last_line(out.stdout).endswith("(nothing started; logs/%s.console.txt removed, RUN_ID=%s is free)"
+                                          % (run_id, run_id))
+    assert not [name for name in os.listdir(root / "logs") if name.startswith(run_id)]
+    again = run_sh(root, env)
+    assert again.returncode == 2 and "already exists" not in again.stdout, again.stdout[-3000:]
 
 
 def test_recipe_0409_builds_its_8192_sample_and_gets_its_own_tiny_preset(tmp_path, run_id):
@@ -326,7 +332,7 @@ def test_run_sh_test_sh_and_tools_py_use_the_same_interpreter(tmp_path, run_id):
     assert " %s -m torch.distributed.run " % venv_python in command, command
     tested = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True,
                             timeout=120)
-    assert tested.stdout.startswith("+ %s -m pytest tests --version" % venv_python), tested.stdout + tested.stderr
+    assert tested.stdout.startswith("+ %s -m pytest -rs tests --version" % venv_python), tested.stdout + tested.stderr
     py = subprocess.run([str(root / "tools" / "py"), "-c", "import os; print(os.environ['PYTHON'])"], env=env,
                         capture_output=True, text=True, timeout=60)
     assert (py.returncode, py.stdout.strip()) == (0, str(venv_python)), py.stderr
@@ -347,6 +353,20 @@ def test_setup_installs_only_what_the_venv_lacks(tmp_path, run_id):
                            text=True, timeout=60)
     assert (again.returncode, again.stdout, again.stderr) == (0, "ok\n", "")  # nothing reinstalled, nothing said
     assert len(pip_log.read_text().splitlines()) == 1
+
+
+def test_test_sh_installs_triton_into_the_venv_and_lists_skips(tmp_path, run_id):
+    """README's test command failed on a fresh machine: only .ci/run installed Triton (issue 36)."""
+    root = copy_repo(tmp_path)
+    pip_log, block = tmp_path / "pip.log", tmp_path / "block_triton"
+    block.touch()
+    fake_python(root / ".venv" / "bin" / "python", block, "triton", pip_log)
+    env = launcher_env(run_id, {})
+    del env["PYTHON"]
+    out = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert pip_log.read_text().splitlines() == ["-m pip install -q triton==3.7.1"]
+    assert out.stdout.startswith("+ %s -m pytest -rs tests --version" % (root / ".venv" / "bin" / "python"))
 
 
 def test_an_explicit_python_that_lacks_requirements_is_an_error(tmp_path, run_id):

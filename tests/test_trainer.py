@@ -89,6 +89,10 @@ try:
     import triton, triton.language  # likewise Triton's (HOME, TRITON_*), where it is installed
 except ImportError:
     pass
+try:  # and dynamo's config (read when the optional document-attention modules are imported)
+    import torch.nn.attention.varlen, torch.nn.attention.flex_attention
+except ImportError:
+    pass
 reads = []
 class Recorder(dict):
     def __getitem__(self, k): reads.append(k); return dict.__getitem__(self, k)

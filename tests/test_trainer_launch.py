@@ -45,16 +45,17 @@ def test_help_lists_every_setting_with_type_default_and_help_and_starts_nothing(
     assert os.listdir(tmp_path) == [] and "logfile:" not in out.stdout  # no log, no run
     for field in dataclasses.fields(tgpt.Hyperparameters):
         default = field.default if field.default != "" else '""'
-        table = tgpt.RECIPES["2026-04-09"]
-        differs = table.get(field.name, field.default) != field.default
-        recipe = re.escape(" [2026-04-09: %s]" % table[field.name]) if differs else ""
+        recipe = "".join(re.escape(" [%s: %s]" % (name, table[field.name])) for name, table in tgpt.RECIPES.items()
+                         if table.get(field.name, field.default) != field.default)  # every recipe that differs
         pattern = r"^  %s +%s +(\S.*) \[default: %s\]%s$" % (field.name.upper(), field.type.__name__,
                                                                re.escape(str(default)), recipe)
         assert re.search(pattern, out.stdout, re.MULTILINE), "no help line for %s" % field.name.upper()
-    assert re.search(r"^  MLP_MULT +float .* \[default: 3\.0\] \[2026-04-09: 4\.0\]$", out.stdout, re.MULTILINE)
+    assert re.search(r"^  MLP_MULT +float .* \[default: 3\.0\] \[2026-04-09: 4\.0\] \[2026-04-27: 4\.0\]$", out.stdout,
+                     re.MULTILINE)
     # the help comes from each field's own line: the comment of COMPRESSOR's line, under its group's heading
     assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact: ans \(rANS-coded quantized tensors\), "
-                     r"brotli \(quality 11\) or lzma \(preset 6\) \[default: brotli\] \[2026-04-09: ans\]$",
+                     r"brotli \(quality 11\) or lzma \(preset 6\) \[default: brotli\] \[2026-04-09: ans\] "
+                     r"\[2026-04-27: ans\]$",
                      out.stdout, re.MULTILINE), out.stdout
 
 
@@ -108,8 +109,11 @@ def test_ctrl_c_on_a_direct_run_exits_130_with_one_line(tiny_data, tmp_path):
         rest, err = proc.communicate(timeout=60)  # the loader thread stopped too: the process is gone
     finally:
         proc.kill()
-    assert proc.returncode == 130 and err == "interrupted (SIGINT): the run stopped\n", err
-    assert (tmp_path / "logs" / "interrupted.txt").read_text().endswith("error: " + err)
+    # the log's last line says how and when (issue 36): the signal, the UTC time and the last step
+    assert proc.returncode == 130 and re.fullmatch(r"stopped: SIGINT at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d UTC, "
+                                                   r"step:\d+/100000 train_time:\d+ms; no checkpoint "
+                                                   r"\(CHECKPOINT_ON_SIGNAL=1 saves one\)\n", err), err
+    assert (tmp_path / "logs" / "interrupted.txt").read_text().endswith("\n" + err)
 
 
 def test_a_run_id_whose_log_or_outputs_exist_is_refused(tgpt, tiny_data, tmp_path):

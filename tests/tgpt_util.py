@@ -39,16 +39,22 @@ TINY_0427_ENV = {
 }
 
 
+def require_triton() -> None:
+    """Skips the calling test, saying why, when triton is not installed (./test.sh installs it into ./.venv), unless
+    REQUIRE_TRITON_TESTS=1, which makes that a failure."""
+    import importlib.util
+    if importlib.util.find_spec("triton") is None:
+        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
+            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (./test.sh installs it into ./.venv)")
+        pytest.skip("triton is not installed (pip install triton==3.7.1, or ./test.sh with ./.venv, runs this)")
+
+
 def run_under_triton_interpreter(script: str) -> dict:
     """Runs tests/scripts/<script> in a child process with TRITON_INTERPRET=1 (it must be set before triton is
     imported) and returns the JSON object it prints last. Skips when triton is not installed, unless
     REQUIRE_TRITON_TESTS=1 (CI), which makes that a failure."""
-    import importlib.util
     import subprocess
-    if importlib.util.find_spec("triton") is None:
-        if os.environ.get("REQUIRE_TRITON_TESTS") == "1":
-            pytest.fail("REQUIRE_TRITON_TESTS=1 but triton is not installed (.ci/run installs it)")
-        pytest.skip("triton is not installed (pip install triton to run the fused-kernel checks on the CPU)")
+    require_triton()
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / script)],
                           env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""),
                           capture_output=True, text=True, timeout=900)

@@ -17,6 +17,8 @@ from typing import List, Optional, Tuple
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix on a rank's uncaught-exception lines
 FIELD = re.compile(r"^  (\w+)\s*: ?(.*)$")  # "  exitcode  : 2 (pid: 123) " in torchrun's summary
 KILLED = re.compile(r"^Signal (\d+) \((\w+)\) received by PID")
+IGNORED = re.compile(r"^WARNING unknown_env: (\S+) is not a setting of this script and is IGNORED"
+                     r"( \(did you mean \w+\?\))?")
 
 
 def first_error(lines: List[str]) -> Optional[str]:
@@ -80,11 +82,23 @@ def failure(lines: List[str], torchrun_status: int, console: str) -> Tuple[int, 
     return status, "run.sh: FAILED (exit %d): %s" % (status, reason)
 
 
+def ignored_settings(lines: List[str]) -> str:
+    """"; IGNORED: NUM_LAYER=3 (did you mean NUM_LAYERS?)" from the trainer's unknown_env warnings, or ""."""
+    found = []
+    for line in lines:
+        match = IGNORED.match(line)
+        if match and match.group(1) + (match.group(2) or "") not in found:
+            found.append(match.group(1) + (match.group(2) or ""))
+    return "; IGNORED (not settings): " + ", ".join(found) if found else ""
+
+
 def outcome(lines: List[str], torchrun_status: int, seconds: int, console: str) -> Tuple[int, str]:
     if torchrun_status != 0:
-        return failure(lines, torchrun_status, console)
+        status, line = failure(lines, torchrun_status, console)
+        return status, line + ignored_settings(lines)
     logs = [console] + [line[len("logfile:"):].strip() for line in lines if line.startswith("logfile:")][:1]
-    return 0, "run.sh: done in %d:%02d; logs: %s" % (seconds // 60, seconds % 60, ", ".join(reversed(logs)))
+    return 0, "run.sh: done in %d:%02d; logs: %s%s" % (seconds // 60, seconds % 60, ", ".join(reversed(logs)),
+                                                      ignored_settings(lines))
 
 
 def main(argv: List[str]) -> int:
