@@ -3,7 +3,8 @@ Legal Score-First TTT + Parallel Muon" (README: what differs). Settings are env 
 run `torchrun --standalone --nproc_per_node=8 train_gpt.py`. Without CUDA it runs on the CPU (fp32, gloo, eager)."""
 
 import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, importlib.metadata, io, json, linecache
-import inspect, lzma, math, os, queue, random, re, shutil, signal, subprocess, sys, threading, time, uuid
+import inspect, lzma, math, os, queue, random, re, shutil, signal, subprocess, sys, threading, time, tokenize, uuid
+import zlib
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -43,10 +44,11 @@ triton, tl = optional_module("triton"), optional_module("triton.language")  # th
 # ==== 1. CONFIGURATION ====
 ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_", "LATE_QAT", "EVAL_", "ADAM_",
                         "TIED_", "BIGRAM_", "VE_", "XSA_", "ROPE_", "MODEL_", "NUM_", "ATTN_", "QK_", "MLP_", "LOOP_",
-                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "CHECKPOINT_")
-GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "gptq_calibration_batches",
-               "gptq_calibration_loader")
-COMPRESSORS = ("ans", "brotli", "lzma")
+                        "GPTQ_", "EMBED_", "SKIP_", "WARMDOWN_", "CHECKPOINT_", "LQER_")
+GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "mlp_clip_sigmas",
+               "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group",
+               "gptq_calibration_batches", "gptq_calibration_loader")
+COMPRESSORS = ("ans", "pergroup", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled", "documents"),
@@ -78,6 +80,7 @@ RECIPES["2026-04-27"] = dict(
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
     muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
     ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1,
+    mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -178,7 +181,7 @@ class Hyperparameters:
     qat_enabled: bool = False  # int6 fake quantization of the CastedLinear weights from step 0
     late_qat_threshold: float = 0.15  # turn that QAT on once the LR scale falls below this; 0: never
     # End of run: artifact, sliding-window eval, legal score-first TTT (SPEC §7-§8)
-    compressor: str = "brotli"  # artifact: ans (rANS-coded quantized tensors), brotli (quality 11) or lzma (preset 6)
+    compressor: str = "brotli"  # artifact: ans (rANS per tensor), pergroup (rANS per role, SPEC_0427 §9), brotli, lzma
     byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
@@ -191,6 +194,12 @@ class Hyperparameters:
     embed_bits: int = 8  # gptq: bits of tok_emb (and of an untied lm_head)
     matrix_clip_sigmas: float = 12.85  # gptq SDClip: a row's grid spans +-k * std(row)
     embed_clip_sigmas: float = 20.0  # gptq SDClip k of the embed category
+    mlp_clip_sigmas: float = 0.0  # gptq SDClip k of the .mlp. matrices; 0: MATRIX_CLIP_SIGMAS
+    attn_clip_sigmas: float = 0.0  # gptq SDClip k of the .attn. matrices; 0: MATRIX_CLIP_SIGMAS
+    attn_gate_int8: bool = False  # gptq: attn_gate_w int8 per row, scale max|W_r|/127 (SPEC_0427 §8.2); 0: fp16
+    lqer_rank: int = 0  # gptq: rank of the LQER correction of the quantization error (SPEC_0427 §8.3); 0: none
+    lqer_top_k: int = 3  # LQER corrects the tensors with the LQER_TOP_K largest errors ||W - q s||_F
+    lqer_group: int = 64  # LQER: B's int4 scale groups (consecutive elements of the flattened B)
     gptq_calibration_batches: int = 64  # gptq: training micro-batches whose layer inputs give the Hessians
     gptq_calibration_loader: str = "train"  # gptq: their order: train (TRAIN_LOADER's) or shuffled (SPEC_0427 §8.1)
     final_eval: bool = True  # 0: stop after training and the peak-memory line (benchmarks of the train loop)
@@ -321,16 +330,19 @@ class Hyperparameters:
              % (", ".join(gptq_set), self.quantizer)),
             (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
              "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
-            (self.compressor == "ans" and constriction is None, "COMPRESSOR=ans needs the constriction module, which "
-             "this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
+            (self.compressor in ("ans", "pergroup") and constriction is None, "COMPRESSOR=%s needs the constriction "
+             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli"
+             % (self.compressor, sys.executable))]
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas ttt_lora_alpha ttt_lora_lr ttt_lora_chunk"),
+            ">= 0 (0: MATRIX_CLIP_SIGMAS)": (lambda v: v >= 0, "mlp_clip_sigmas attn_clip_sigmas"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
-                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch"),
+                     "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch "
+                     "lqer_top_k lqer_group"),
             ">= 2": (lambda v: v >= 2, "bigram_vocab_size"),
-            ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every ttt_lora_wd"),
+            ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every ttt_lora_wd lqer_rank"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
@@ -526,7 +538,7 @@ class Logger:
         if self._file is not None:
             self._file.close()
 
-def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ) -> None:
+def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: int, environ, unstripped: int) -> None:
     """File-only: code sha256, the source, versions, nvidia-smi, the config; then the warnings and the byte budget."""
     logger.log("code_sha256:" + hashlib.sha256(code.encode("utf-8")).hexdigest())
     try:
@@ -539,14 +551,15 @@ def log_run_header(logger: Logger, h: Hyperparameters, code: str, code_bytes: in
         logger.log(text, console=False)
     for warning in suspicious_env_names(environ):
         logger.log("WARNING unknown_env: " + warning)
-    logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d"
-               % (code_bytes, len(code.encode("utf-8")), ARTIFACT_LIMIT_BYTES, ARTIFACT_LIMIT_BYTES - code_bytes))
+    logger.log("code_bytes:%d code_bytes_readable:%d limit_bytes:%d model_headroom_bytes:%d code_bytes_unstripped:%d"
+               % (code_bytes, len(code.encode("utf-8")), ARTIFACT_LIMIT_BYTES, ARTIFACT_LIMIT_BYTES - code_bytes,
+                  unstripped))
     if brotli is None:
         logger.log("WARNING code_bytes: without the brotli module the packed file cannot be made, so code_bytes "
                    "counts the readable file; records.make counts the packed one and will refuse this log")
 
-# The counted form of this file (records.pack writes it; code_bytes is its size): the source, brotli + base85, run
-# after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
+# The counted form of this file (records.pack writes it; code_bytes is its size): strip_source(source), brotli + base85,
+# run after a sha256 check under "<FILE>" with its lines in linecache, where Triton's @jit and tracebacks read them.
 PACKED_TEMPLATE = """\
 # train_gpt.py packed (brotli, base85); the readable source: python3 -m records.pack unpack FILE
 import base64,brotli,hashlib,io,linecache,sys,traceback
@@ -569,6 +582,23 @@ def pack_source(source: str) -> bytes:
     compressed = brotli.compress(data, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
     return PACKED_TEMPLATE.format(sha256=hashlib.sha256(data).hexdigest(),
                                   payload=base64.b85encode(compressed).decode("ascii")).encode("ascii")
+
+def strip_source(source: str) -> str:
+    """`source` without comments and string statements (docstrings; each becomes `0`), every line where it was, so
+    a traceback's line numbers are the readable file's; class Hyperparameters keeps its comments (settings_help)."""
+    lines = source.splitlines(keepends=True)
+    keep = range(*(source[:source.find(m)].count("\n") + 1 for m in ("\nclass Hyperparameters:", "\n    @classmethod")))
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type != tokenize.NL]
+    for before, token, after in reversed(list(zip([None] + tokens, tokens, tokens[1:]))):
+        row, col = token.start
+        if token.type == tokenize.COMMENT and row - 1 not in keep:
+            lines[row - 1] = lines[row - 1][:col].rstrip() + "\n"
+        elif token.type == tokenize.STRING and after.type == tokenize.NEWLINE and (before is None or before.type in (
+                tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)):
+            end_row, end_col = token.end
+            lines[row - 1:end_row] = [lines[row - 1][:col] + "0" + lines[end_row - 1][end_col:]] + ["\n"] * (
+                end_row - row)
+    return "".join(lines)
 
 def read_own_source() -> str:
     """The running source: a packed file registered it in linecache; a readable one linecache reads from disk."""
@@ -2727,6 +2757,9 @@ ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed mod
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
+PERGROUP_MAGIC = b"PGRP01"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
+HOT_GROUPS = ("tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q")  # rows reordered where it pays (§9.2)
+CONTEXT_CAP = 3  # pergroup: a value's context, the previous value v along the coded axis: clip(v) or min(|v|, CAP)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
 PASSTHROUGH_MAX_NUMEL = 65_536  # float tensors this small are stored fp16 (bigram.proj has exactly 65,536)
 INT6_CLIP_QUANTILES = (0.9990, 0.9995, 0.9999, 0.99999, 1.0)  # GPTQ-lite candidates; 1.0 is the row max
@@ -2762,7 +2795,10 @@ def tensor_category(name: str) -> str:
 
 def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
     """-> (kind, bits, clip sigmas): non-float or small: passthrough (fp16); rowclip (SPEC §7.4): mlp/attn int6, the
-    rest int8; gptq (SPEC_0409 §7.3-§7.4): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest at MATRIX_*."""
+    rest int8; gptq (SPEC_0409 §7.3-§7.4, SPEC_0427 §8.2): the embed category at EMBED_BITS/_CLIP_SIGMAS, the rest
+    at MATRIX_BITS and its category's k; ATTN_GATE_INT8: the sparse gate's rows int8 (clip sigmas 0: absmax)."""
+    if h.attn_gate_int8 and name.endswith("attn_gate_w") and tensor.ndim == 2:
+        return "int8", 8, 0.0
     if not tensor.is_floating_point() or tensor.numel() <= PASSTHROUGH_MAX_NUMEL:
         return "passthrough", 0, 0.0
     category = tensor_category(name)
@@ -2771,11 +2807,18 @@ def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
     elif category == "embed":
         bits, clip_sigmas = h.embed_bits, h.embed_clip_sigmas
     else:
-        bits, clip_sigmas = h.matrix_bits, h.matrix_clip_sigmas
+        k = {"mlp": h.mlp_clip_sigmas, "attn": h.attn_clip_sigmas}.get(category, 0.0)
+        bits, clip_sigmas = h.matrix_bits, k or h.matrix_clip_sigmas
     return f"int{bits}", bits, clip_sigmas
 
 def weight_rows(weight: Tensor) -> Tensor:
     return weight.detach().float().reshape(weight.shape[0] if weight.ndim == 2 else 1, -1)  # a non-matrix: one row
+
+def quantize_absmax(rows: Tensor, divisor: float, low: int, high: int) -> tuple:
+    """-> (q int8, fp16 scale) per row: s = fp16(max|row| / divisor), q = clamp(round(row / s), low, high)."""
+    scale = (rows.abs().amax(dim=1) / divisor).to(torch.float16)
+    q = torch.clamp(torch.round(rows / torch.where(scale > 0, scale.float(), 1.0)[:, None]), low, high)
+    return q.to(torch.int8), scale
 
 def quantize_int6_rows(weight: Tensor) -> tuple:
     """GPTQ-lite (SPEC §7.5) -> (q int8 like weight, per-row fp16 scale): per clip quantile, q from the fp16 scale
@@ -2856,6 +2899,8 @@ def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
             continue
         if h.quantizer == "rowclip":
             q, scale = (quantize_int6_rows if kind == "int6" else quantize_int8_rows)(tensor)
+        elif clip_sigmas == 0:  # the sparse gate (ATTN_GATE_INT8)
+            q, scale = quantize_absmax(weight_rows(tensor), 127, -127, 127)
         elif name not in hessians:  # a matrix the calibration forward does not see (a wide bigram.proj)
             raise ValueError(f"QUANTIZER=gptq: no input Hessian for {name} (calibration collected {len(hessians)} "
                              "tensors)")
@@ -2864,18 +2909,42 @@ def quantize_state_dict(flat_state: dict, h: Optional[Hyperparameters] = None,
         else:
             q, scale = gptq_quantize(tensor, hessians[name], bits, clip_sigmas)
         tensors[name + ".q"], tensors[name + ".scale"], meta[name] = q.cpu(), scale.cpu(), {"type": kind}
+    if h.lqer_rank > 0:
+        add_lqer(h, flat_state, tensors, [name for name in meta if quantization_plan(h, name, flat_state[name])[2]])
     return tensors, meta
+
+@fp32_matmul()
+def add_lqer(h, flat_state: dict, tensors: dict, names: List[str]) -> None:
+    """LQER (SPEC_0427 §8.3): the LQER_TOP_K of `names` with the largest ||E||_F, E = W - q s, get E ~ A B from the
+    rank-LQER_RANK SVD: A = U S (rows, r) int2 in [-2, 1], one scale max|A|/1.5; B = V^T (r, cols) flattened, int4
+    in [-8, 7], one scale max|g|/7.5 per group g of LQER_GROUP (the last one zero-padded); stored .lqA/.lqB(+s)."""
+    def error(name):
+        weight = flat_state[name].detach().float()
+        return weight_rows(weight) - dequantize_rows(tensors, name).to(weight.device)
+    norms = {name: float(error(name).norm()) for name in names}
+    for name in sorted(names, key=lambda name: -norms[name])[:h.lqer_top_k]:
+        u, sigma, vh = torch.linalg.svd(error(name), full_matrices=False)
+        rank = min(h.lqer_rank, sigma.numel())
+        b = F.pad(vh[:rank].reshape(-1), (0, -vh[:rank].numel() % h.lqer_group))
+        for key, (q, scale) in (("lqA", quantize_absmax((u[:, :rank] * sigma[:rank]).reshape(1, -1), 1.5, -2, 1)),
+                                ("lqB", quantize_absmax(b.reshape(-1, h.lqer_group), 7.5, -8, 7))):
+            tensors[f"{name}.{key}"], tensors[f"{name}.{key}s"] = q.cpu(), scale.cpu()
+        tensors[name + ".lqA"] = tensors[name + ".lqA"].reshape(-1, rank)
+
+def dequantize_rows(tensors: dict, name: str) -> Tensor:
+    """(rows, cols) fp32: q s, plus the LQER term (qA sA)(qB sB) where the artifact has one."""
+    scale = tensors[name + ".scale"].float()
+    rows = tensors[name + ".q"].float().reshape(scale.numel(), -1) * scale[:, None]
+    if name + ".lqA" in tensors:
+        a = tensors[name + ".lqA"].float() * tensors[name + ".lqAs"].float()
+        b = (tensors[name + ".lqB"].float() * tensors[name + ".lqBs"].float()[:, None]).reshape(-1)
+        rows = rows + a @ b[:a.shape[1] * rows.shape[1]].reshape(a.shape[1], rows.shape[1])
+    return rows
 
 def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
     """Artifact -> unbanked state with the shapes and dtypes of `template` (fp16 goes back to fp32/bf16)."""
-    flat = {}
-    for name, like in template.items():
-        stored = tensors[name + ".q"] if isinstance(meta[name], dict) else tensors[name]
-        if isinstance(meta[name], dict):
-            scale = tensors[name + ".scale"].float()
-            stored = (stored.float().reshape(scale.numel(), -1) * scale[:, None]).reshape(like.shape)
-        flat[name] = stored.to(like.dtype)
-    return flat
+    return {name: (dequantize_rows(tensors, name).reshape(like.shape) if isinstance(meta[name], dict)
+                   else tensors[name]).to(like.dtype) for name, like in template.items()}
 
 def ans_digest(tensors: dict, coded: dict) -> str:
     """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""
@@ -2901,6 +2970,8 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
             payload["a"][name] = (tuple(tensors[name].shape), low, len(streams[-1]) // 4, torch.from_numpy(counts))
         payload["w"] = {name: tensor for name, tensor in tensors.items() if name not in payload["a"]}
         payload["c"] = (importlib.metadata.version("constriction"), ans_digest(tensors, payload["a"]))
+    elif compressor == "pergroup":
+        streams = encode_pergroup(payload)
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     raw = buffer.getvalue()
@@ -2909,34 +2980,125 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
     if compressor == "lzma":
         return lzma.compress(raw, preset=6)
     blob = brotli.compress(raw, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
+    if compressor == "pergroup":
+        body = b"".join([blob, *streams])
+        return b"".join([PERGROUP_MAGIC, len(blob).to_bytes(4, "little"), zlib.crc32(body).to_bytes(4, "little"), body])
     return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
+
+def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
+    """SPEC_0427 §9.2: from row 0, append the unused row of least L1 distance to the last one (ties: lowest index)."""
+    rows = torch.from_numpy(matrix).to(device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.float32)
+    left, order = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device), [0]
+    for _ in range(rows.shape[0] - 1):
+        left[order[-1]] = False
+        order.append(int((rows - rows[order[-1]]).abs().sum(dim=1).masked_fill(~left, float("inf")).argmin()))
+    return np.array(order)
+
+def pergroup_context(previous: np.ndarray, mode: int) -> np.ndarray:
+    return CONTEXT_CAP + (np.clip(previous, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else
+                          np.minimum(np.abs(previous), CONTEXT_CAP) * (mode > 0))
+
+def pergroup_layout(stack: np.ndarray, mode: int) -> tuple:
+    """(layers, rows, cols) -> (values in coding order (steps, values per step), their contexts): mode 0 one step,
+    one context; modes 1/3 row by row, the context from the value above (the column's); 2/4 column by column;
+    1/2 from its magnitude, 3/4 from its value (pergroup_context)."""
+    steps = stack.reshape(1, 1, -1) if mode == 0 else stack.transpose(0, 2, 1) if mode % 2 == 0 else stack
+    steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
+    return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
+
+def encode_pergroup(payload: dict) -> List[bytes]:
+    """SPEC_0427 §9 with our coder for lrzip: the 2-D int8 .q tensors of one role and shape form a group (layer
+    order), rANS-coded in the layout whose estimated size (entropy + ~2 B per table entry + permutation) is least:
+    mode 0/1/2 of pergroup_layout, or for HOT_GROUPS mode 1 on rows in nearest-neighbour order; one stream per used
+    context. payload["w"] keeps the rest; "g": per group (names, shape, low, mode, counts, words, order or None)."""
+    tensors, groups, streams, header = payload["w"], {}, [], []
+    for name, tensor in tensors.items():
+        if name.endswith(".q") and tensor.dtype == torch.int8 and tensor.ndim == 2:
+            groups.setdefault((re.sub(r"^blocks\.\d+\.", "", name), tuple(tensor.shape)), []).append(name)
+    for (role, shape), names in groups.items():
+        stack = np.stack([tensors[name].numpy().astype(np.int32) for name in names])
+        low, bins, best = int(stack.min()), max(int(stack.max() - stack.min()) + 1, 2), None
+        chain = np.stack([nearest_neighbour_order(matrix) for matrix in stack]) if role in HOT_GROUPS else None
+        for mode, order in [(mode, None) for mode in range(5)] + [(1, chain), (3, chain)] * (chain is not None):
+            values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
+            steps, context = pergroup_layout(values, mode)
+            counts = np.bincount((context * bins + steps - low).ravel(), minlength=(2 * CONTEXT_CAP + 1) * bins)
+            counts = counts.reshape(2 * CONTEXT_CAP + 1, bins)
+            p = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+            size = (-(counts * np.log2(np.where(counts > 0, p, 1.0))).sum() / 8 + 2 * np.count_nonzero(counts)
+                    + (0 if order is None else 2 * order.size))
+            if best is None or size < best[0]:
+                best = (size, mode, order, steps, context, counts)
+        _, mode, order, steps, context, counts = best
+        words = []
+        for c in np.flatnonzero(counts.sum(axis=1)):
+            coder = constriction.stream.stack.AnsCoder()
+            coder.encode_reverse(steps[context == c] - low, ans_model(counts[c]))
+            streams.append(coder.get_compressed().astype("<u4").tobytes())
+            words.append(len(streams[-1]) // 4)
+        header.append((names, (len(names),) + shape, low, mode, torch.from_numpy(counts), words,
+                       None if order is None else torch.from_numpy(order.astype(np.int16 if shape[0] <= 32768
+                                                                                else np.int32))))
+    coded = [name for names, *_ in header for name in names]
+    payload.update(w={name: t for name, t in tensors.items() if name not in coded}, g=header,
+                   c=(importlib.metadata.version("constriction"), ans_digest(tensors, coded)))
+    return streams
+
+def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[List[str], int]:
+    """encode_pergroup's groups into `tensors`, step by step (a step's contexts are the step before it) -> (the
+    coded names, words used)."""
+    position = 0
+    for names, shape, low, mode, counts, stream_words, order in payload["g"]:
+        steps, _ = pergroup_layout(np.zeros(shape, dtype=np.int32), mode)
+        coders = {}
+        for c, count in zip(np.flatnonzero(counts.numpy().sum(axis=1)), stream_words):
+            coders[c] = (constriction.stream.stack.AnsCoder(words[position:position + count]),
+                         ans_model(counts[c].numpy()))
+            position += count
+        for step in range(steps.shape[0]):
+            context = pergroup_context(steps[step - 1] if step else steps[0] * 0, mode)
+            for c, (coder, model) in coders.items():
+                where = np.flatnonzero(context == c)
+                steps[step, where] = coder.decode(model, where.size) + low
+        layers, rows, cols = shape  # pergroup_layout inverted, then the rows' order
+        values = (steps.reshape(shape) if mode == 0 else steps.reshape(rows, layers, cols).transpose(1, 0, 2)
+                  if mode % 2 else steps.reshape(cols, layers, rows).transpose(1, 2, 0))
+        for layer, name in enumerate(names):
+            matrix = values[layer] if order is None else values[layer][np.argsort(order[layer].numpy())]
+            tensors[name] = torch.from_numpy(matrix.astype(np.int8))
+    return [name for names, *_ in payload["g"] for name in names], position
 
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
     just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
-    if not blob.startswith(ANS_MAGIC):
+    magic = next((magic for magic in (ANS_MAGIC, PERGROUP_MAGIC) if blob.startswith(magic)), None)
+    if magic is None:
         payload = load_payload(blob, name, {"w", "m"})
         return payload["w"], payload["m"]
+    compressor = "ans" if magic == ANS_MAGIC else "pergroup"
     if constriction is None:
-        raise RunFailure("%s is a COMPRESSOR=ans artifact and this Python (%s) lacks the constriction module to "
-                         "read it: pip install constriction" % (name, sys.executable))
-    start = len(ANS_MAGIC) + 4
-    end = start + int.from_bytes(blob[len(ANS_MAGIC):start], "little")
-    payload = load_payload(blob[start:end], name, {"w", "m", "a", "c"})
-    tensors, position = dict(payload["w"]), 0
+        raise RunFailure("%s is a COMPRESSOR=%s artifact and this Python (%s) lacks the constriction module to "
+                         "read it: pip install constriction" % (name, compressor, sys.executable))
+    start = len(magic) + 4 + 4 * (compressor == "pergroup")
+    end = start + int.from_bytes(blob[len(magic):len(magic) + 4], "little")
+    if compressor == "pergroup" and blob[start - 4:start] != zlib.crc32(blob[start:]).to_bytes(4, "little"):
+        raise DataError(f"{name}: its bytes do not match the CRC-32 written with them: truncated or altered")
+    payload = load_payload(blob[start:end], name, {"w", "m", "c", "a" if compressor == "ans" else "g"})
+    tensors = dict(payload["w"])
     try:
         version, digest = payload["c"]
         words = np.frombuffer(blob[end:], dtype="<u4").astype(np.uint32)  # a native, writable copy
-        for key, (shape, low, count, counts) in payload["a"].items():
+        coded, position = decode_pergroup(payload, words, tensors) if compressor == "pergroup" else (payload["a"], 0)
+        for key, (shape, low, count, counts) in payload.get("a", {}).items():
             coder = constriction.stream.stack.AnsCoder(words[position:position + count])
             values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
             tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
             position += count
-    except (ValueError, TypeError, RuntimeError) as exc:
+    except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as exc:
         raise DataError(f"{name}: its rANS-coded tensors do not decode ({type(exc).__name__}: {exc})") from None
     if position != words.size:
         raise DataError(f"{name}: {words.size} rANS words where the tables account for {position}: damaged")
-    if ans_digest(tensors, payload["a"]) != digest:
+    if ans_digest(tensors, coded) != digest:
         raise DataError(f"{name}: the rANS-coded tensors decode to other values than were written (constriction "
                         f"{version} wrote them, this is {importlib.metadata.version('constriction')}): damaged, or "
                         "install that version")
@@ -2959,12 +3121,15 @@ def load_payload(blob: bytes, name: str, keys: set) -> dict:
         shuffled = raw[len(SHUFFLE_MAGIC):]
         raw, half = bytearray(len(shuffled)), (len(shuffled) + 1) // 2
         raw[0::2], raw[1::2] = shuffled[:half], shuffled[half:]
-    payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as exc:  # a damaged zip, or a pickle of more than tensors and plain containers
+        raise DataError(f"{name}: its torch.save part does not load ({type(exc).__name__}: {exc})"[:300]) from None
     if not (isinstance(payload, dict) and set(payload) == keys and isinstance(payload["m"], dict)
             and isinstance(payload["w"], dict) and all(isinstance(t, Tensor) for t in payload["w"].values())):
         raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}, 'w' mapping names to tensors")
     kinds = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)]
-    stored = set(payload["w"]) | set(payload.get("a", {}))
+    stored = set(payload["w"]) | set(payload.get("a", {})) | {key for group in payload.get("g", ()) for key in group[0]}
     for key, kind in payload["m"].items():
         if kind not in kinds or not ({key} if kind == "passthrough" else {key + ".q", key + ".scale"}) <= stored:
             raise DataError(f"{name}: entry {kind!r} of {key} is unknown or lacks its tensors")
@@ -3455,9 +3620,10 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signals: StopSignal,
         checkpoint: Optional[dict]) -> None:
-    code = read_own_source()
-    code_bytes = len(pack_source(code)) if brotli is not None else len(code.encode("utf-8"))  # the counted bytes
-    log_run_header(logger, h, code, code_bytes, environ)
+    code = strip_source(read_own_source())  # the same text, sha256 and counted bytes from this file or its packed one
+    counted = (lambda text: len(pack_source(text)) if brotli is not None else len(text.encode("utf-8")))
+    code_bytes = counted(code)
+    log_run_header(logger, h, code, code_bytes, environ, counted(read_own_source()))
     val = load_validation_data(h, load_tokenizer(h, logger), dist_info.device)
     logger.log("val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path=%s" % h.tokenizer_path)
     logger.log("train_loader:dataset:%s train_shards:%d" % (os.path.basename(os.path.normpath(h.data_path)),

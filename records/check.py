@@ -32,6 +32,7 @@ from records.parse import (HEADLINE_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, SeedRun, ch
                            config_differences, parse_log)
 
 REQUIRED_FILES = ("README.md", "submission.json", "train_gpt.py")
+READABLE_NAME = "train_gpt_readable.py"  # beside a packed train_gpt.py: its source with comments and docstrings
 REQUIRED_SUBMISSION_FIELDS = ("name", "author", "github_id", "date", "val_bpb", "val_loss", "bytes_total",
                               "bytes_code")
 LOG_NAME = re.compile(r"train_seed(\d+)\.log$")
@@ -114,6 +115,7 @@ class CountedCode:
     packed: bool
     source: Optional[str] = None
     error: Optional[str] = None
+    readable: Optional[str] = None  # the readable file shipped beside a packed one (READABLE_NAME)
 
     @property
     def source_sha256(self) -> Optional[str]:
@@ -382,6 +384,19 @@ def log_name_problems(folder: Path) -> Tuple[List[str], List[Path]]:
     return problems, logs
 
 
+def readable_problems(folder: Path, code: CountedCode) -> List[str]:
+    """A packed train_gpt.py ships its readable file, which strip_source must turn into the packed source."""
+    if not code.packed or code.source is None:
+        return []
+    if not (folder / READABLE_NAME).is_file():
+        return ["missing %s: the readable source of the packed train_gpt.py" % READABLE_NAME]
+    from records.pack import read_source, strip_source
+    if strip_source(read_source(folder / READABLE_NAME)) != code.source:
+        return ["%s does not give the source packed in train_gpt.py (strip_source of it differs): not the file "
+                "that was packed" % READABLE_NAME]
+    return []
+
+
 def check_folder(folder, run_import: bool = True, python310: Optional[str] = "auto") -> Tuple[List[str], List[str]]:
     """(problems, notes) for a record folder; no problems means it is ready to submit."""
     folder = Path(folder)
@@ -420,6 +435,7 @@ def check_folder(folder, run_import: bool = True, python310: Optional[str] = "au
         if python310 is None:
             notes.append("no python3.10 found: checked the 3.10 grammar with ast feature_version=(3, 10) only")
         problems += grammar_problems(script.name, code.data, python310)
+        problems += readable_problems(folder, code)
         if code.packed and code.source is not None:
             problems += grammar_problems("%s (packed source)" % script.name, code.source.encode("utf-8"), python310)
         if run_import:

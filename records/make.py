@@ -27,8 +27,8 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional, Tuple
 
-from records.check import (CountedCode, MissingDependency, check_folder, provenance_problems, require_modules,
-                           seed_and_config_problems)
+from records.check import (READABLE_NAME, CountedCode, MissingDependency, check_folder, provenance_problems,
+                           require_modules, seed_and_config_problems)
 from records.parse import (PRE_TTT_KEYS, ROUNDTRIP_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, Headline, SeedRun,
                            choose_headline, parse_log)
 
@@ -319,10 +319,12 @@ def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, ha
                                                    for run in runs[1:]) or "none"),
               "", "## Hardware and software (from the logs)", ""]
     lines += _software(runs) + [
-        "- train_gpt.py: %d bytes, the counted code: the readable source (%d bytes, sha256 `%s`, the `code_sha256` "
-        "of every log) packed by records/pack.py. Every log holds that source after its `code_sha256` line; "
-        "`tools/py -m records.pack unpack train_gpt.py` prints it too" % (
-            len(code.data), len(code.source.encode("utf-8")), code.source_sha256),
+        "- train_gpt.py: %d bytes, the counted code: the source (%d bytes, sha256 `%s`, the `code_sha256` of every "
+        "log) packed by records/pack.py, i.e. %s without its comments and docstrings, every line in its place (a "
+        "traceback's line numbers are the readable file's). Every log holds that source after its `code_sha256` "
+        "line; `tools/py -m records.pack unpack train_gpt.py` prints it too" % (
+            len(code.data), len(code.source.encode("utf-8")), code.source_sha256, READABLE_NAME),
+        "- %s: the readable train_gpt.py (%d bytes)" % (READABLE_NAME, len(code.readable.encode("utf-8"))),
         "- requirements.txt: what the packed file needs beyond torch, numpy and sentencepiece", "",
         "Built with `tools/py -m records.make make`; `tools/py -m records.make check records/%s/%s` re-runs the "
         "rule checks." % (args.track, folder.name), ""]
@@ -348,7 +350,7 @@ def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: s
         "metric": headline.key, "metric_note": headline.note,
         "pre_ttt_val_bpb": rounded(mean(pre)) if len(pre) == len(runs) else None,
         "bytes_total": max(totals) if len(totals) == len(runs) else None, "bytes_code": len(code.data),
-        "bytes_code_readable": len(code.source.encode("utf-8")),
+        "bytes_code_readable": len(code.readable.encode("utf-8")),
         "seeds": [run.seed for run in runs],
         "seed_results": [{
             "seed": run.seed, "log": "train_seed%s.log" % run.seed,
@@ -394,17 +396,21 @@ def baseline_data_problems(runs: List[SeedRun], baseline: List[SeedRun]) -> List
 
 
 def read_script(script: Path) -> CountedCode:
-    """--script (readable, or already packed) -> the packed counted file and its source."""
-    from records.pack import is_packed, pack_source, read_source, unpack
+    """--script (readable) -> the packed counted file, its source (stripped) and the readable text."""
+    from records.pack import is_packed, pack_source, read_source, strip_source
 
-    data = script.read_bytes()
-    source = unpack(data, str(script)) if is_packed(data) else read_source(script)
-    return CountedCode("train_gpt.py", pack_source(source), packed=True, source=source)
+    if is_packed(script.read_bytes()):
+        raise ValueError("packed; give the readable train_gpt.py (the folder ships it as %s beside the packed one)"
+                         % READABLE_NAME)
+    readable = read_source(script)
+    source = strip_source(readable)  # what the packed file runs, and every log's code_sha256
+    return CountedCode("train_gpt.py", pack_source(source), packed=True, source=source, readable=readable)
 
 
 def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, code: CountedCode) -> None:
     """Every file of the record folder, into `folder` (which exists and holds nothing of ours)."""
     (folder / "train_gpt.py").write_bytes(code.data)
+    (folder / READABLE_NAME).write_text(code.readable, encoding="utf-8", newline="\n")
     compressors = sorted({run.config.get("compressor", "") for run in runs})
     requirements = FOLDER_REQUIREMENTS + "".join(COMPRESSOR_REQUIREMENTS.get(name, "") for name in compressors)
     (folder / "requirements.txt").write_text(requirements, encoding="utf-8")

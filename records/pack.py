@@ -39,7 +39,7 @@ from pathlib import Path
 _REPO = str(Path(__file__).resolve().parents[1])
 if sys.path[:1] != [_REPO]:
     sys.path.insert(0, _REPO)
-from train_gpt import PACKED_TEMPLATE, pack_source  # noqa: E402
+from train_gpt import PACKED_TEMPLATE, pack_source, strip_source  # noqa: E402
 
 
 class PackError(ValueError):
@@ -104,7 +104,7 @@ def _pack(args) -> int:
             return 2
     try:
         source = read_source(args.source)
-        packed = pack_source(source)
+        packed = pack_source(strip_source(source))  # the counted file: comments and docstrings dropped, lines kept
     except (SyntaxError, ValueError) as exc:  # a bad coding cookie, undecodable text, CR line breaks
         print("error: %s: %s" % (args.source, exc), file=sys.stderr)
         return 2

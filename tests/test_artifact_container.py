@@ -136,3 +136,80 @@ def test_recipes_pick_their_containers(tgpt):
     assert (record_0323.compressor, record_0323.byte_shuffle) == ("brotli", False)
     assert (record_0409.compressor, record_0409.byte_shuffle) == ("ans", True)
     assert not tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "BYTE_SHUFFLE": "0"}).byte_shuffle
+    assert (tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27"}).compressor) == "pergroup"
+
+
+def pergroup_tensors(tgpt, seed=0):
+    """The 04-27 artifact's kinds of tensors, small: int7 tok_emb whose rows are noisy copies of 40 prototypes (a
+    nearest-neighbour order pays), int6 c_q/fc per layer with uneven column scales, proj with uneven rows (a context
+    pays), the int8 gate, LQER factors, fp16 scales and passthroughs; grouped ones of one role share a shape."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def q(rows, cols, limit, spread=(0, 1)):  # spread: the scale varies across the rows (1, 0) or the columns
+        scale = 4 * torch.rand((rows, cols)[0] if spread[0] else 1, cols if spread[1] else 1, generator=generator)
+        return (torch.randn(rows, cols, generator=generator) * scale).round().clamp(-limit, limit).to(torch.int8)
+    tensors, meta = {}, {}
+    prototypes = q(40, 48, 63, spread=(0, 0))
+    noise = torch.randint(-1, 2, (400, 48), generator=generator, dtype=torch.int8)
+    tensors["tok_emb.weight.q"] = (prototypes[torch.randint(0, 40, (400,), generator=generator)] + noise).clamp(-63, 63)
+    for layer in range(3):
+        for part, (rows, cols) in {"attn.c_q": (64, 48), "mlp.fc": (128, 48)}.items():
+            tensors[f"blocks.{layer}.{part}.weight.q"] = q(rows, cols, 31)
+        tensors[f"blocks.{layer}.mlp.proj.weight.q"] = q(48, 128, 31, spread=(1, 0))
+        tensors[f"blocks.{layer}.attn.attn_gate_w.q"] = q(4, 12, 127)
+        tensors[f"blocks.{layer}.attn_scale"] = torch.rand(48, generator=generator).half()
+    tensors["blocks.0.mlp.fc.weight.lqA"] = torch.randint(-2, 2, (128, 4), generator=generator, dtype=torch.int8)
+    tensors["blocks.0.mlp.fc.weight.lqAs"] = torch.rand(1).half()
+    for name in [name[:-2] for name in tensors if name.endswith(".q")]:
+        tensors[name + ".scale"] = torch.rand(tensors[name + ".q"].shape[0], generator=generator).half()
+        meta[name] = {"type": "int8"}
+    meta.update({f"blocks.{layer}.attn_scale": "passthrough" for layer in range(3)})
+    return tensors, meta
+
+
+def test_pergroup_round_trips_every_tensor_and_beats_ans(tgpt):
+    tensors, meta = pergroup_tensors(tgpt)
+    for shuffle in (False, True):
+        blob = tgpt.serialize_artifact(tensors, meta, "pergroup", byte_shuffle=shuffle)
+        assert blob.startswith(tgpt.PERGROUP_MAGIC)
+        got_tensors, got_meta = tgpt.deserialize_artifact(blob)
+        assert same(got_tensors, tensors) and got_meta == meta
+        assert blob == tgpt.serialize_artifact(tensors, meta, "pergroup", byte_shuffle=shuffle)  # deterministic
+    payload = {"w": dict(tensors), "m": meta}
+    tgpt.encode_pergroup(payload)
+    groups = {names[0]: (shape, mode, order) for names, shape, low, mode, counts, words, order in payload["g"]}
+    assert groups["blocks.0.mlp.fc.weight.q"][0] == (3, 128, 48)  # one group per role across the layers
+    assert len(groups) == 5 and "blocks.0.mlp.fc.weight.lqA" in payload["w"]  # LQER factors stay in the header
+    assert groups["tok_emb.weight.q"][1] == 3 and groups["tok_emb.weight.q"][2] is not None  # prototypes: chained
+    assert groups["blocks.0.mlp.fc.weight.q"][1:] in ((1, None), (3, None))  # uneven columns: the column's context
+    assert groups["blocks.0.mlp.proj.weight.q"][1] in (2, 4)  # uneven rows: the context along the row
+    assert len(blob) < 0.95 * len(tgpt.serialize_artifact(tensors, meta, "ans", byte_shuffle=True))
+
+
+def test_nearest_neighbour_order_is_the_greedy_l1_chain(tgpt):
+    rows = np.array([[0, 0], [5, 5], [1, 0], [0, 1], [4, 5], [1, 1]])
+    # from 0: rows 2 and 3 at distance 1, the lower index first; from 2: 5 (1) before 3 (2); then 3, 4, 1
+    assert tgpt.nearest_neighbour_order(rows).tolist() == [0, 2, 5, 3, 4, 1]
+
+
+def test_damaged_pergroup_artifacts_are_named_errors(tgpt, tmp_path, monkeypatch):
+    tensors, meta = pergroup_tensors(tgpt)
+    blob = tgpt.serialize_artifact(tensors, meta, "pergroup", byte_shuffle=True)
+    path = str(tmp_path / "final_model.int6.ptz")
+    crc = "^%s: its bytes do not match the CRC-32 written with them: truncated or altered$" % re.escape(path)
+    for damaged in (blob[:-4], blob[:-1], blob[:200], blob[:12], blob + b"\0\0\0\0"):
+        with pytest.raises(tgpt.DataError, match=crc):
+            tgpt.deserialize_artifact(damaged, path)
+    for position in range(len(tgpt.PERGROUP_MAGIC) + 4, len(blob), 61):  # every 61st byte, header and streams
+        altered = bytearray(blob)
+        altered[position] ^= 0x20
+        with pytest.raises(tgpt.DataError, match="^" + re.escape(path)):
+            tgpt.deserialize_artifact(bytes(altered), path)
+    real_model = tgpt.ans_model
+    with monkeypatch.context() as patch:  # a decoder whose model differs (another constriction version would)
+        patch.setattr(tgpt, "ans_model", lambda counts: real_model(counts + np.arange(counts.size) % 2))
+        with pytest.raises(tgpt.DataError, match="decode to other values than were written|do not decode"):
+            tgpt.deserialize_artifact(blob, path)
+    monkeypatch.setattr(tgpt, "constriction", None)
+    with pytest.raises(tgpt.RunFailure, match="COMPRESSOR=pergroup artifact .* lacks the constriction module"):
+        tgpt.deserialize_artifact(blob, path)

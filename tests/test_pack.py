@@ -13,7 +13,8 @@ import pytest
 from tgpt_util import REPO, run_env, run_under_triton_interpreter, tiny_data  # noqa: F401
 
 sys.path.insert(0, str(REPO))
-from records.pack import PackError, is_packed, main as pack_main, pack_source, read_source, unpack  # noqa: E402
+from records.pack import (PackError, is_packed, main as pack_main, pack_source, read_source,  # noqa: E402
+                          strip_source, unpack)
 from records.parse import parse_log  # noqa: E402
 
 SCRIPT = REPO / "train_gpt.py"
@@ -70,11 +71,12 @@ def test_cli_packs_verifies_and_unpacks(tmp_path, capsys):
     assert help_run.returncode == 0 and "records.pack unpack" in help_run.stdout
     packed_path, source_path = tmp_path / "packed.py", tmp_path / "source.py"
     assert pack_main(["pack", str(SCRIPT), "-o", str(packed_path)]) == 0
-    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    stripped = strip_source(read_source(SCRIPT))  # the counted file runs the source without comments, docstrings
+    digest = hashlib.sha256(stripped.encode("utf-8")).hexdigest()
     assert "%d bytes" % packed_path.stat().st_size in capsys.readouterr().out
     assert pack_main(["verify", str(packed_path)]) == 0 and digest in capsys.readouterr().out
     assert pack_main(["unpack", str(packed_path), "-o", str(source_path)]) == 0
-    assert source_path.read_bytes() == SCRIPT.read_bytes() and digest in capsys.readouterr().err
+    assert source_path.read_text(encoding="utf-8") == stripped and digest in capsys.readouterr().err
     assert pack_main(["pack", str(packed_path), "-o", str(tmp_path / "twice.py")]) == 2
     assert "already packed" in capsys.readouterr().err and not (tmp_path / "twice.py").exists()
 
@@ -87,7 +89,7 @@ def test_the_packer_is_the_repositorys_trainer_whatever_the_working_directory(tm
                          cwd=tmp_path, env=run_env({"PYTHONPATH": str(REPO)}), capture_output=True, text=True,
                          timeout=120)
     assert ran.returncode == 0, ran.stderr
-    assert (tmp_path / "out.py").read_bytes() == pack_source(read_source(SCRIPT))
+    assert (tmp_path / "out.py").read_bytes() == pack_source(strip_source(read_source(SCRIPT)))
 
 
 def test_cli_without_brotli_says_so(tmp_path):
@@ -166,7 +168,8 @@ def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_
     """The round trip of issue 19: pack -> a tiny CPU run of the packed file -> its log carries the readable source
     (sha256 and text) and counts exactly the packed file's bytes, before training and at the end -> records.make
     builds a folder that check passes; a one-byte edit of the payload then fails check."""
-    source = read_source(SCRIPT)
+    readable = read_source(SCRIPT)
+    source = strip_source(readable)
     packed_path = tmp_path / "train_gpt.py"
     packed = write_packed(packed_path, source)
     settings = {"ITERATIONS": "4", "VAL_LOSS_EVERY": "2", "EVAL_STRIDE": "32", "TTT_CHUNK_TOKENS": "8192",
@@ -180,18 +183,19 @@ def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_
     assert run.code_sha256 == hashlib.sha256(source.encode("utf-8")).hexdigest() and run.source == source
     assert run.steps == 4 and run.absent() == [], run.absent()
     assert run.bytes_code == len(packed) and run.bytes_code_readable == len(source.encode("utf-8"))
-    assert "code_bytes:%d code_bytes_readable:%d limit_bytes:16000000 model_headroom_bytes:%d" % (
-        len(packed), len(source.encode("utf-8")), 16_000_000 - len(packed)) in ran.stdout  # before training
+    assert ("code_bytes:%d code_bytes_readable:%d limit_bytes:16000000 model_headroom_bytes:%d code_bytes_unstripped:%d"
+            % (len(packed), len(source.encode("utf-8")), 16_000_000 - len(packed), len(packed))) in ran.stdout
     assert ran.stdout.index("model_headroom_bytes:") < ran.stdout.index("step:1/4")
     assert "Code size: %d bytes" % len(packed) in ran.stdout and run.bytes_total == run.bytes_model + len(packed)
     shutil.copyfile(log, tmp_path / "train_seed7.log")
     made = subprocess.run([sys.executable, "-m", "records.make", "make", "--name", "Packed", "--author", "a",
-                           "--github-id", "g", "--script", str(packed_path), "--out", str(tmp_path / "records"),
+                           "--github-id", "g", "--script", str(SCRIPT), "--out", str(tmp_path / "records"),
                            "--date", "2026-11-22", "--skip-import-check", str(tmp_path / "train_seed7.log")],
                           cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=600)
     folder = tmp_path / "records" / "track_10min_16mb" / "2026-11-22_Packed"
     assert made.returncode == 0 and "passes" in made.stderr, made.stdout + made.stderr
     assert (folder / "train_gpt.py").read_bytes() == packed
+    assert (folder / "train_gpt_readable.py").read_text(encoding="utf-8") == readable
     text = packed.decode("ascii")
     at = text.index('_p="') + 4 + 5000  # a valid base85 character in the middle of the payload
     (folder / "train_gpt.py").write_bytes((text[:at] + ("0" if text[at] != "0" else "1") + text[at + 1:]).encode())
@@ -199,3 +203,34 @@ def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_
                              cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=600)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert checked.stdout.startswith("train_gpt.py: the packed source ") and "edited after packing" in checked.stdout
+
+
+def test_stripped_trainer_keeps_every_line_number_help_and_tracebacks(tmp_path):
+    """strip_source drops comments and docstrings but no line: the packed stripped trainer's functions sit on the
+    readable file's lines, an exception raised in it names the readable line, --help is unchanged, and it is
+    smaller than the packed readable source."""
+    readable = read_source(SCRIPT)
+    stripped = strip_source(readable)
+    assert stripped.count("\n") == readable.count("\n") and strip_source(stripped) == stripped
+    assert '"""' not in stripped.split("class Hyperparameters", 1)[0] and "# ==== 9. ARTIFACT" not in stripped
+    assert len(pack_source(stripped)) < 0.85 * len(pack_source(readable))
+    packed_path = tmp_path / "train_gpt.py"
+    write_packed(packed_path, stripped)
+    spec = importlib.util.spec_from_file_location("packed_stripped_trainer", packed_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        with pytest.raises(ValueError, match="CR characters") as info:
+            module.pack_source("print(1)\r\n")
+        line = info.traceback[-1].lineno + 1  # pytest counts from 0
+        assert readable.splitlines()[line - 1].strip().startswith('raise ValueError("pack_source: the source holds CR')
+        assert info.traceback[-1].frame.code.raw.co_filename == "<%s>" % packed_path
+        readable_module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("readable_t", SCRIPT))
+        sys.modules["readable_t"] = readable_module
+        readable_module.__spec__.loader.exec_module(readable_module)
+        assert module.settings_help() == readable_module.settings_help()
+        assert module.GPT.forward.__code__.co_firstlineno == readable_module.GPT.forward.__code__.co_firstlineno
+    finally:
+        sys.modules.pop(spec.name, None)
+        sys.modules.pop("readable_t", None)

@@ -34,6 +34,8 @@ SPEC_0427 = {
     "TTT_MODE": "lora_phased", "TTT_LORA_RANK": 80, "TTT_LORA_ALPHA": 144.0, "TTT_LORA_LR": 1e-4, "TTT_LORA_WD": 0.5,
     "TTT_DOC_BATCH": 64, "TTT_LORA_CHUNK": 48, "TTT_PHASE_DOCS": "833,1666,2500", "TTT_LR": 0.001,
     "TTT_MOMENTUM": 0.9, "TTT_EPOCHS": 1, "TTT_CHUNK_TOKENS": 32768, "TTT_BATCH_SEQS": 32, "TTT_GRAD_CLIP": 1.0,
+    "MLP_CLIP_SIGMAS": 11.5, "ATTN_CLIP_SIGMAS": 13.0, "ATTN_GATE_INT8": True, "LQER_RANK": 4, "LQER_TOP_K": 3,
+    "LQER_GROUP": 64,
     "TIED_EMBED_INIT_STD": 0.005, "BIGRAM_ENABLED": False, "SMEAR_ENABLED": False, "VE_ENABLED": False,
     "TRAIN_LOADER": "documents", "GPTQ_CALIBRATION_LOADER": "shuffled", "ROPE_NTK": False,  # §3, §8.1, §0.15
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",

@@ -22,12 +22,13 @@ sys.path.insert(0, str(REPO))
 import records.make  # noqa: E402
 from records.check import check_folder, find_python310, import_problems  # noqa: E402
 from records.make import hyperparameter_defaults, main as records_main, welch_improvement_test  # noqa: E402
-from records.pack import pack_source, read_source  # noqa: E402
+from records.pack import pack_source, read_source, strip_source  # noqa: E402
 from records.parse import choose_headline, parse_log, parse_log_text  # noqa: E402
 
 SEEDS = (1337, 42)
 SCRIPT = REPO / "train_gpt.py"
-PACKED = pack_source(read_source(SCRIPT))
+STRIPPED = strip_source(read_source(SCRIPT))  # what the counted file runs and the logs hash
+PACKED = pack_source(STRIPPED)
 SOURCE_END = "=" * 100 + "\nRunning Python"
 # A few steps with a val line at 0, 3 and 6; once the trainer has its end-of-run evals, keep them tiny too.
 RUN_SETTINGS = {"ITERATIONS": "6", "VAL_LOSS_EVERY": "3", "TRAIN_LOG_EVERY": "1"}
@@ -229,7 +230,7 @@ def problems_of(folder, **kwargs):
 
 # ---- parsing ----
 def test_real_run_logs_parse(real_logs):
-    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    digest = hashlib.sha256(STRIPPED.encode("utf-8")).hexdigest()
     runs = [parse_log(real_logs[seed]) for seed in SEEDS]
     for seed, run in zip(SEEDS, runs):
         assert (run.seed, run.run_id, run.config["seed"]) == (seed, "rec_seed%d" % seed, str(seed))
@@ -242,7 +243,7 @@ def test_real_run_logs_parse(real_logs):
         assert run.config["num_layers"] == "4" and run.val_tokens > 0
         if "legal_ttt_exact" in run.exact:  # the trainer prints its end-of-run lines
             assert run.absent() == [] and run.bytes_total < 16_000_000 and run.bytes_code == len(PACKED)
-            assert run.bytes_code_readable == len(SCRIPT.read_bytes())
+            assert run.bytes_code_readable == len(STRIPPED.encode("utf-8"))
             assert run.run_count == 1
         else:  # not yet: every absent result is named, nothing crashes
             assert run.absent() == ["artifact bytes (Total submission size ...)",
@@ -341,7 +342,7 @@ def test_make_names_constriction_when_the_seeds_wrote_ans_artifacts(complete_log
 def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, baseline_dir):
     names = sorted(path.name for path in good_folder.iterdir())
     assert names == ["README.md", "curves.png", "requirements.txt", "submission.json", "train_gpt.py",
-                     "train_seed1337.log", "train_seed42.log"]
+                     "train_gpt_readable.py", "train_seed1337.log", "train_seed42.log"]
     assert (good_folder / "train_gpt.py").read_bytes() == PACKED  # the counted file: the packed source
     assert "brotli" in (good_folder / "requirements.txt").read_text()
     assert "constriction" not in (good_folder / "requirements.txt").read_text()  # the seeds' COMPRESSOR=brotli
@@ -355,7 +356,8 @@ def test_make_writes_a_folder_that_passes_check(good_folder, complete_logs, base
     assert submission["bytes_total"] == max(r.bytes_total for r in runs)
     assert submission["bytes_code"] == len(PACKED) and sorted(submission["seeds"]) == [42, 1337]
     assert submission["bytes_code_readable"] == len(SCRIPT.read_bytes())
-    assert submission["code_sha256"] == hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    assert submission["code_sha256"] == hashlib.sha256(STRIPPED.encode("utf-8")).hexdigest()
+    assert (good_folder / "train_gpt_readable.py").read_bytes() == SCRIPT.read_bytes()
     assert (submission["author"], submission["github_id"]) == ("Test Author", "tester")
     assert submission["date"] == "2026-11-22"
     baseline_losses = [7.1, 7.2, 7.15]
@@ -388,12 +390,12 @@ def test_make_refuses_a_log_that_counted_the_readable_file_or_holds_two_runs(com
     readable_count = tmp_path / "rec_seed42.txt"
     text = complete_logs[42].read_text(encoding="utf-8")
     for counted in ("Code size: %d bytes", "code_bytes:%d "):  # as today's trainer counts: the readable file
-        text = text.replace(counted % len(PACKED), counted % len(SCRIPT.read_bytes()))
+        text = text.replace(counted % len(PACKED), counted % len(STRIPPED.encode("utf-8")))
     readable_count.write_text(text, encoding="utf-8")
     rc, folder = make_record(tmp_path / "out", [complete_logs[1337], readable_count])
     assert rc == 2 and not (tmp_path / "out").exists()
     assert "rec_seed42.txt: Code size %d bytes is the readable source's size, but the counted file train_gpt.py is " \
-           "packed (%d bytes)" % (len(SCRIPT.read_bytes()), len(PACKED)) in capsys.readouterr().out
+           "packed (%d bytes)" % (len(STRIPPED.encode("utf-8")), len(PACKED)) in capsys.readouterr().out
     two_runs = tmp_path / "rec_seed1337.txt"
     two_runs.write_text(complete_logs[1337].read_text(encoding="utf-8") * 2, encoding="utf-8")
     rc, folder = make_record(tmp_path / "out", [two_runs, complete_logs[42]])
@@ -479,7 +481,7 @@ def test_check_one_byte_edit_of_the_packed_payload(bad_folder):
 def test_check_log_from_another_code_version_is_named(bad_folder):
     path = bad_folder / "train_seed42.log"
     text = path.read_text(encoding="utf-8")
-    source = read_source(SCRIPT)
+    source = STRIPPED
     other = source + "# another version\n"
     text = text.replace(source, other, 1).replace(hashlib.sha256(source.encode()).hexdigest(),
                                                   hashlib.sha256(other.encode()).hexdigest(), 1)
@@ -494,7 +496,7 @@ def test_check_log_from_another_code_version_is_named(bad_folder):
 def test_check_log_that_hashed_the_packed_file_itself(bad_folder):
     path = bad_folder / "train_seed42.log"
     text = path.read_text(encoding="utf-8")
-    digest = hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+    digest = hashlib.sha256(STRIPPED.encode("utf-8")).hexdigest()
     path.write_text(text.replace(digest, hashlib.sha256(PACKED).hexdigest(), 1), encoding="utf-8")
     assert "train_seed42.log: code_sha256 is the sha256 of the packed train_gpt.py itself: the trainer that ran " \
            "hashed the file it was started from, not the source it runs (it must read its source through " \
@@ -621,6 +623,18 @@ def test_check_command_line_prints_one_line_per_problem(bad_folder):
     assert result.returncode == 1
     assert result.stdout.splitlines() == ["missing required file README.md",
                                           "train_seed7.log: misnamed log: it ran seed 42 (name it train_seed42.log)"]
+
+
+def test_check_readable_file_must_strip_to_the_packed_source(bad_folder):
+    readable = bad_folder / "train_gpt_readable.py"
+    text = readable.read_text(encoding="utf-8").replace("\nimport numpy as np\n", "\nimport numpy as np  # same\n")
+    readable.write_text(text, encoding="utf-8")  # a comment more on a line: the same stripped source
+    assert not [p for p in problems_of(bad_folder) if "train_gpt_readable.py" in p]
+    readable.write_text(readable.read_text(encoding="utf-8") + "VALUE = 1\n", encoding="utf-8")
+    assert "train_gpt_readable.py does not give the source packed in train_gpt.py (strip_source of it differs): " \
+           "not the file that was packed" in problems_of(bad_folder)
+    readable.unlink()
+    assert "missing train_gpt_readable.py: the readable source of the packed train_gpt.py" in problems_of(bad_folder)
 
 
 def test_run_command_names_no_paths_of_the_machine_that_ran():
