@@ -386,11 +386,11 @@ def log_name_problems(folder: Path) -> Tuple[List[str], List[Path]]:
 
 def readable_problems(folder: Path, code: CountedCode) -> List[str]:
     """A packed train_gpt.py ships its readable file, which strip_source must turn into the packed source."""
-    if not code.packed or code.source is None:
-        return []
+    from records.pack import read_source, strip_source
+    if not code.packed or code.source is None or strip_source(code.source) != code.source:
+        return []  # not packed, or packed before stripping: the payload is the readable file (records.pack unpack)
     if not (folder / READABLE_NAME).is_file():
         return ["missing %s: the readable source of the packed train_gpt.py" % READABLE_NAME]
-    from records.pack import read_source, strip_source
     if strip_source(read_source(folder / READABLE_NAME)) != code.source:
         return ["%s does not give the source packed in train_gpt.py (strip_source of it differs): not the file "
                 "that was packed" % READABLE_NAME]
