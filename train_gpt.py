@@ -1954,9 +1954,11 @@ def select_doc_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tup
                    "torch_varlen": "" if _torch_varlen_attn else missing % "torch.nn.attention.varlen.varlen_attn",
                    "flex": "" if _flex else missing % "torch.nn.attention.flex_attention",
                    "sdpa": "a (T, T) mask of T=%d tokens" % row_tokens if row_tokens > 8192 else ""}
-    runs = lambda backend: _probe(lambda q, k, v: document_attention(q, k, v, cu_seqlens, 64, backend),
-                                  lambda q, k, v: per_document_attention(q, k, v, cu_seqlens), shapes,
-                                  torch.bfloat16 if dist_info.is_cuda else torch.float32, dist_info.device,
+    def reference(q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # math SDPA: the dense choice (e.g. cuDNN alone
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):  # enabled) may reject the pieces
+            return per_document_attention(q, k, v, cu_seqlens)
+    runs = lambda backend: _probe(lambda q, k, v: document_attention(q, k, v, cu_seqlens, 64, backend), reference,
+                                  shapes, torch.bfloat16 if dist_info.is_cuda else torch.float32, dist_info.device,
                                   "document attention", "out dq dk dv", 2e-2 if dist_info.is_cuda else 1e-4)
     return select_kernel("DOC_ATTN_BACKEND", h.doc_attn_backend, list(unsupported), unsupported, runs, 120)
 
