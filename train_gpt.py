@@ -295,7 +295,8 @@ class Hyperparameters:
              % (self.ttt_chunk_tokens, self.train_seq_len)),
             (phases_bad, "TTT_PHASE_DOCS=%r: expected increasing positive integers like '833,1666,2500', or empty"
              % self.ttt_phase_docs),
-            (self.ttt_lora_chunk > length, "TTT_LORA_CHUNK=%d must be <= EVAL_SEQ_LEN=%d (a chunk's context)"
+            (self.ttt_mode == "lora_phased" and self.ttt_lora_chunk > length, "TTT_LORA_CHUNK=%d must be <= "
+             "EVAL_SEQ_LEN=%d (a chunk's context)"
              % (self.ttt_lora_chunk, length)),
             (patterns and any(not part.strip() for part in patterns.split(",")),
              "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns),
