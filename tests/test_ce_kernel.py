@@ -49,7 +49,8 @@ def test_probe_rejects_a_kernel_that_computes_something_else(tgpt, monkeypatch):
 def test_forward_uses_the_op_for_gradients_only(tgpt):
     """GPT.forward hands the op the logits before the softcap (rows, V) and the flat targets and takes the mean;
     under no_grad / inference_mode (the evals) it keeps the plain form."""
-    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8"))
+    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8",
+                                            TTT_LORA_CHUNK="16"))
     model = tgpt.build_model(h, CPU)
     ids = torch.randint(0, h.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))
     plain = model(ids[:, :-1], ids[:, 1:])

@@ -78,7 +78,7 @@ def test_recipe_gives_spec_0409_values_env_overrides_and_unknown_recipes_are_err
 def test_config_lines_show_the_recipe_and_its_resolved_values(tgpt):
     logger = ListLogger()
     h = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "TTT_LR": "0.01"})
-    tgpt.log_run_header(logger, h, "# code", 6, {})
+    tgpt.log_run_header(logger, h, "# code", 6, {}, 6)
     config = [line for line in logger.lines if line.startswith("config:")]
     for line in ("config:recipe=2026-04-09", "config:ttt_lr=0.01", "config:qk_gain_init=5.25", "config:num_loops=2",
                  "config:warmdown_frac=0.72", "config:quantizer=gptq", "config:vocab_size=8192"):

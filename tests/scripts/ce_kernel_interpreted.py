@@ -51,6 +51,6 @@ def kernels(ce):  # the tiny 2026-04-27 model, looping on
 
 
 # one fp32 training step of the model with each loss (GPT.forward's dispatch: logits before the softcap, the mean)
-env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
+env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8", TTT_LORA_CHUNK="16")
 results["model_0427"] = compare_tiny_model_step(tg, kernels("torch"), kernels("triton"), env=env_0427)
 print(json.dumps(results))

@@ -94,6 +94,7 @@ def looped(qk):  # the tiny 2026-04-09 model, looping on: looped and parallel-re
 
 env_0409 = dict(TINY_0409_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")
 results["model_0409"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0409)
-env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8")  # gates and two lanes
+env_0427 = dict(TINY_0427_ENV, TRAIN_SEQ_LEN="16", EVAL_SEQ_LEN="16", EVAL_STRIDE="8",
+               TTT_LORA_CHUNK="16")  # gates and two lanes
 results["model_0427"] = compare_tiny_model_step(tg, looped("torch"), looped("triton"), env=env_0427)
 print(json.dumps(results))
