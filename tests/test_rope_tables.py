@@ -18,7 +18,9 @@ def test_compiled_and_eager_forwards_use_the_same_table(tgpt, env, monkeypatch):
     with torch.no_grad():  # non-zero output projections, so attention (and RoPE) reaches the hidden states
         model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
         model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
-    assert list(model.rope_cache) == [(128, torch.float32, CPU)]  # made by build_model
+    # made by build_model: 128, and for TRAIN_LOADER=documents (04-27) the packed row's length too
+    assert list(model.rope_cache) == [(length, torch.float32, CPU) for length in model.rope_lengths]
+    assert 128 in model.rope_lengths
     made = []
     real = tgpt.rotary_tables
     monkeypatch.setattr(tgpt, "rotary_tables", lambda *args: made.append(args) or real(*args))
