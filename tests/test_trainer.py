@@ -190,7 +190,7 @@ def test_scales_folded_into_the_output_weights_are_the_spec_block(tgpt):
     written out here; attn_scale folded into W_o's columns instead (the wrong axis) does not pass."""
     from tgpt_util import compare_tiny_model_step
 
-    def spec_block(block, x, x0, weights, rope, value_embed, collector=None, attn_scale_on_columns=False):
+    def spec_block(block, x, x0, weights, rope, value_embed, collector=None, lora=None, attn_scale_on_columns=False):
         w_q, w_k, w_v, w_o, w_up, w_down = weights
         mix = block.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
@@ -217,7 +217,7 @@ def test_scales_folded_into_the_output_weights_are_the_spec_block(tgpt):
     assert result["loss"][0] == pytest.approx(result["loss"][1], abs=1e-6)
     assert result["grad_names"] and result["grad_max"]["blocks.0.attn_scale"] > 0
     assert result["grad_max"]["blocks.3.mlp_scale"] > 0
-    assert result["max_grad_rel"] < 1e-5, result
+    assert result["max_grad_rel"] < 2e-5, result  # fp32 sums in another order (1.05e-5 seen); the wrong fold: > 1e-2
     wrong = compare_tiny_model_step(tgpt, use(tgpt.Block.forward),
                                     use(lambda *args: spec_block(*args, attn_scale_on_columns=True)))
     assert wrong["max_grad_rel"] > 1e-2, wrong
@@ -289,7 +289,7 @@ def parse_losses(stdout: str, key: str) -> dict:
     return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/\d+ [^\n]*?%s:([\d.]+)" % key, stdout)}
 
 
-def test_tiny_model_loss_falls_and_log_has_the_record_lines(tiny_data, tmp_path):
+def test_tiny_model_loss_falls_and_log_has_the_record_lines(tgpt, tiny_data, tmp_path):
     env = dict(tiny_data["env"], ITERATIONS="20", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="10", RUN_ID="falls",
                WARMDOWN_ITERS="20", LATE_QAT_THRESHOLD="0.5", EMA_ENABLED="0", SWA_ENABLED="1", SWA_EVERY="2",
                MUON_BETA2="0.9")
@@ -300,7 +300,7 @@ def test_tiny_model_loss_falls_and_log_has_the_record_lines(tiny_data, tmp_path)
     assert train[20] < train[1] - 1.0 and val[20] < val[0] - 1.0
     log = (tmp_path / "logs" / "falls.txt").read_text(encoding="utf-8")
     assert log.startswith("code_sha256:")
-    assert (REPO / "train_gpt.py").read_text(encoding="utf-8") in log  # the source is embedded
+    assert tgpt.strip_source((REPO / "train_gpt.py").read_text(encoding="utf-8")) in log  # the counted source
     for line in ("world_size:1 grad_accum_steps:8", "attention_backend:sdpa_cpu", "warmup_step:1/1",
                  "config:num_layers=4", "MUON_BETA2=0.9 is not a setting of this script and is IGNORED"):
         assert line in log, line
