@@ -161,7 +161,9 @@ def test_the_settings_are_checked_at_start_up(tgpt):
         tgpt.Hyperparameters.from_env({"TTT_MODE": "lora", "TTT_PHASE_DOCS": "833,800", "TTT_LORA_CHUNK": "4096",
                                        "TTT_DOC_BATCH": "0", "TTT_LORA_WD": "-1"})
     assert sorted(info.value.errors) == [
-        "TTT_DOC_BATCH=0 must be >= 1", "TTT_LORA_CHUNK=4096 must be <= EVAL_SEQ_LEN=2048 (a chunk's context)",
-        "TTT_LORA_WD=-1.0 must be >= 0", "TTT_MODE='lora': expected one of full, lora_phased",
+        "TTT_DOC_BATCH=0 must be >= 1", "TTT_LORA_WD=-1.0 must be >= 0", "TTT_MODE='lora': expected one of full, lora_phased",
         "TTT_PHASE_DOCS='833,800': expected increasing positive integers like '833,1666,2500', or empty"]
     assert tgpt.Hyperparameters.from_env({"TTT_PHASE_DOCS": ""}).ttt_phase_docs == ""
+    with pytest.raises(tgpt.ConfigError) as info:  # the chunk's context is checked where the phased TTT runs
+        tgpt.Hyperparameters.from_env({"TTT_MODE": "lora_phased", "ROPE_NTK": "0", "TTT_LORA_CHUNK": "4096"})
+    assert info.value.errors == ["TTT_LORA_CHUNK=4096 must be <= EVAL_SEQ_LEN=2048 (a chunk's context)"]
