@@ -28,17 +28,8 @@ export PYTHONUNBUFFERED=1
 
 left() { echo $(( DEADLINE - (SECONDS - started) )); }
 
-if ! "$PY" -c "import brotli" 2>/dev/null; then
-  if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "recipe_0409_gpu: $PY has no brotli module and .whl/ holds no wheel (the recipe compresses with brotli)" >&2
-    exit 2
-  fi
-  "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-for path in "$DATA_PATH" "$TOKENIZER_PATH"; do
-  [ -e "$path" ] || { echo "recipe_0409_gpu: $path does not exist (DATA_PATH / TOKENIZER_PATH)" >&2; exit 2; }
-done
+source bench/gpu_preflight.sh
+gpu_preflight recipe_0409_gpu
 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
 echo "data: $DATA_PATH ($(ls "$DATA_PATH" | tr '\n' ' ')) tokenizer: $TOKENIZER_PATH"

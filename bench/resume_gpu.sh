@@ -22,17 +22,8 @@ export PYTHONUNBUFFERED=1 ITERATIONS=300 TRAIN_BATCH_TOKENS=65536 MAX_WALLCLOCK_
   VAL_LOSS_EVERY=0 TRAIN_LOG_EVERY=10 TTT_ENABLED=0 GPTQ_CALIBRATION_BATCHES=16
 left() { echo $(( DEADLINE - (SECONDS - started) )); }
 
-if ! "$PY" -c "import brotli" 2>/dev/null; then
-  if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "resume_gpu: $PY has no brotli module and .whl/ holds no wheel (the recipe compresses with brotli)" >&2
-    exit 2
-  fi
-  "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-for path in "$DATA_PATH" "$TOKENIZER_PATH"; do
-  [ -e "$path" ] || { echo "resume_gpu: $path does not exist (DATA_PATH / TOKENIZER_PATH)" >&2; exit 2; }
-done
+source bench/gpu_preflight.sh
+gpu_preflight resume_gpu
 "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 tag=$(date +%H%M%S)
 run() {  # NAME EXTRA_ENV...: the trainer in the background (RUN_ID NAME_$tag unless set), console in $OUT/NAME.*
