@@ -304,8 +304,8 @@ class Hyperparameters:
              "SEED=%d must be >= 0 with TRAIN_SHUFFLE_SEED=rank_and_seed (NumPy seeds are non-negative)" % self.seed),
             (self.train_loader != "shuffled" and self.train_shuffle_seed != "rank", "TRAIN_SHUFFLE_SEED=%s applies to "
              "TRAIN_LOADER=shuffled only, not %s" % (self.train_shuffle_seed, self.train_loader)),
-            (self.train_loader != "documents" and self.doc_attn_backend != "auto", "DOC_ATTN_BACKEND=%s applies to "
-             "TRAIN_LOADER=documents only, not %s" % (self.doc_attn_backend, self.train_loader)),
+            (not self.packed_rows and self.doc_attn_backend != "auto", "DOC_ATTN_BACKEND=%s applies to "
+             "TRAIN_LOADER=documents or TTT_MODE=lora_phased only" % self.doc_attn_backend),
             (self.rope_ntk and (self.train_loader == "documents" or self.ttt_mode == "lora_phased"),
              "TRAIN_LOADER=documents and TTT_MODE=lora_phased need ROPE_NTK=0: packed rows of many documents would "
              "get an NTK-rescaled RoPE base (SPEC_0427 §0.15)"),
@@ -379,6 +379,9 @@ class Hyperparameters:
     effective_eval_seq_len = property(lambda self: self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len)
     effective_rope_train_seq_len = property(
         lambda self: self.rope_train_seq_len if self.rope_train_seq_len > 0 else self.train_seq_len)
+    # document-aware attention on packed rows: training (TRAIN_LOADER=documents) or the phased TTT's global SGD
+    packed_rows = property(lambda self: self.train_loader == "documents" or (self.ttt_enabled and
+                                                                             self.ttt_mode == "lora_phased"))
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))  # not _bytes_
     # training time in ms: the wallclock cap less GPTQ_RESERVE_SECONDS; None without a cap
@@ -1941,16 +1944,18 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
     return select_kernel("ATTN_BACKEND", h.attn_backend, candidates, {"fa3": fa3}, runs, 120)
 
 def select_doc_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """TRAIN_LOADER=documents: the first of FA3's varlen kernel, PyTorch's, FlexAttention and SDPA with a mask (rows
+    """Packed rows (TRAIN_LOADER=documents, phased TTT's SGD): the first of FA3's varlen kernel, PyTorch's, FlexAttention and SDPA with a mask (rows
     of <= 8192 tokens) whose forward+backward on a packed row (pieces cut at 64 tokens, empty trailing segments)
     matches per_document_attention(), or DOC_ATTN_BACKEND."""
-    if h.train_loader != "documents":
-        return "none", "TRAIN_LOADER=%s: no packed rows" % h.train_loader
+    if not h.packed_rows:
+        return "none", "TRAIN_LOADER=%s, no phased TTT: no packed rows" % h.train_loader
     ids = torch.randint(2, 9, (320,), generator=torch.Generator().manual_seed(0))
     ids[[0, 7, 200]] = BOS_ID  # documents of 7, 193 (4 pieces) and 120 tokens (2 pieces)
     cu_seqlens = torch.from_numpy(document_cu_seqlens(ids.numpy(), BOS_ID, 64, CU_SEQLENS_BUCKET)).to(dist_info.device)
     shapes = [(1, 320, heads, h.model_dim // h.num_heads) for heads in (h.num_heads, h.num_kv_heads, h.num_kv_heads)]
-    row_tokens, missing = h.train_batch_tokens // 8, "%s not importable (torch " + torch.__version__ + ")"
+    row_tokens = max(h.train_batch_tokens // 8 if h.train_loader == "documents" else 0,
+                     h.ttt_batch_seqs * h.train_seq_len if h.ttt_enabled and h.ttt_mode == "lora_phased" else 0)
+    missing = "%s not importable (torch " + torch.__version__ + ")"
     unsupported = {"fa3_varlen": "" if _flash_attn_varlen_func else missing % "flash_attn_varlen_func",
                    "torch_varlen": "" if _torch_varlen_attn else missing % "torch.nn.attention.varlen.varlen_attn",
                    "flex": "" if _flex else missing % "torch.nn.attention.flex_attention",
@@ -3651,7 +3656,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
             "attention_backend:%s (%s) torch_compile:%s" % (*kernels["attention"], compiled),
             "qk_kernel:%s (%s)" % kernels["qk"], "mlp_kernel:%s (%s)" % kernels["mlp"],
             "ce_kernel:%s (%s)" % kernels["ce"], "doc_attention_backend:%s (%s)%s" % (*kernels["doc_attention"], "" if
-                h.train_loader != "documents" else " packed_rows_qk_kernel:%s (per-token ops)" % kernels["qk"][0]),
+                not h.packed_rows else " packed_rows_qk_kernel:%s (per-token ops)" % kernels["qk"][0]),
             "attention_mode:gqa num_heads:%d num_kv_heads:%d" % (h.num_heads, h.num_kv_heads),
             "tie_embeddings:%s embed_lr:%s head_lr:%s matrix_lr:%s scalar_lr:%s"
             % (h.tie_embeddings, h.tied_embed_lr if h.tie_embeddings else h.embed_lr,

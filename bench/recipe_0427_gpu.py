@@ -9,9 +9,10 @@ the looped graph still compile off the clock), looping from 35% (step 70 of 200)
       0427_dense  RECIPE=2026-04-27 with TRAIN_LOADER=shuffled: 04-09's rows and dense causal attention
     columns: ms/step before looping (steps 10-70) and after (80 to the end), pre-loop ratio to 0409, train loss at
     steps 50/100/150/200, peak memory, the chosen attention backends and kernels (from each run's log).
-  --part world --nproc 2: RECIPE=2026-04-27 at world size 1 and --nproc, same global batch (the document loader gives
-    both the same 8 spans per step): ms/step, scaling (1-GPU ms/step / N-GPU ms/step), and train_loss next to
-    val_loss at the VAL_LOSS_EVERY steps.
+  --part world --worlds 1,2: RECIPE=2026-04-27 at each world size, same global batch (the document loader gives
+    every world size the same 8 spans per step): ms/step, scaling (1-GPU ms/step / N-GPU ms/step, when world size 1
+    is a row), and train_loss next to val_loss at the VAL_LOSS_EVERY steps. Each run's log also comes as
+    <label>.stamped (the seconds since its launch before each line).
 
 --batch-tokens (default 262,144 = 8 rows of 32,768 tokens: a third of the record's step, so 200 steps of three
 configs fit one call) applies to every row alike; --batch-tokens 786432 is the record's step (then use --configs to
@@ -20,7 +21,7 @@ killed first.
 
   python bench/recipe_0427_gpu.py --caseops .carry/wiki_caseops --caseops-tokenizer .carry/caseops8192.model \\
       --sp8192 .carry/wiki8192 --sp8192-tokenizer .carry/sp8192.model
-  python bench/recipe_0427_gpu.py --part world --nproc 2 --caseops .carry/wiki_caseops \\
+  python bench/recipe_0427_gpu.py --part world --worlds 1,4 --caseops .carry/wiki_caseops \\
       --caseops-tokenizer .carry/caseops8192.model
 """
 import argparse
@@ -40,7 +41,10 @@ VAL_LINE = re.compile(r"^step:(\d+)/\d+ val_loss:([\d.]+)")
 
 
 def kill_leftover_trainers() -> None:
-    """Processes on the GPUs whose command line runs train_gpt.py (a previous call's workers) are killed."""
+    """Processes on the GPUs whose command line runs train_gpt.py (a previous call's workers) are killed; not under
+    bench/on_gpus.sh (LEFTOVERS_KILLED=1), which did it once before starting its runs side by side."""
+    if os.environ.get("LEFTOVERS_KILLED") == "1":
+        return
     try:
         pids = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], text=True,
                               capture_output=True, timeout=30).stdout.split()
@@ -105,7 +109,7 @@ def main() -> int:
     parser.add_argument("--sp8192-tokenizer", default=".carry/sp8192.model")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch-tokens", type=int, default=262144)
-    parser.add_argument("--nproc", type=int, default=2, help="world: the N of world size N vs 1")
+    parser.add_argument("--worlds", default="1,2", help="world: the world sizes, one run each, in order")
     parser.add_argument("--val-every", type=int, default=50, help="world: VAL_LOSS_EVERY")
     parser.add_argument("--budget", type=float, default=500.0, help="seconds for the part's runs together")
     parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "recipe_0427_gpu")
@@ -118,8 +122,11 @@ def main() -> int:
     loss_at = [s for s in (50, 100, 150, 200, 250) if s <= args.steps]
     if args.part == "world":
         world = dict(caseops, RECIPE="2026-04-27", VAL_LOSS_EVERY=str(args.val_every))
-        results = run_rows(args, [("world1", world), (f"world{args.nproc}", world)], [1, args.nproc])
-        base = results[0][2]["step_avg"]
+        worlds = [int(part) for part in args.worlds.split(",") if part.strip()]
+        if not worlds or any(8 % n for n in worlds):
+            sys.exit(f"--worlds {args.worlds!r}: expected world sizes that divide 8, e.g. 1,4")
+        results = run_rows(args, [(f"world{n}", world) for n in worlds], worlds)
+        base = results[0][2]["step_avg"] if worlds[0] == 1 else None
         print(f"\nRECIPE=2026-04-27, {args.steps} steps of {args.batch_tokens} tokens; logs in {args.out_dir}")
         print("%-8s %6s %11s %8s %6s  %s" % ("run", "nproc", "step_avg_ms", "scaling", "steps",
                                            "step: train_loss / val_loss"))

@@ -71,13 +71,16 @@ def run_training(script: Path, env: dict, nproc: int, log_path: Path, timeout: f
                str(script)]
     result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "loss": {}, "val_bpb": None,
               "train_ms": {}, "loop_step": None}
-    with open(log_path, "w") as log, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+    started = time.perf_counter()  # <log>.stamped: each line after the seconds since the launch (where a run stalls)
+    with open(log_path, "w") as log, open(log_path.with_suffix(".stamped"), "w") as stamped, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT, text=True,
                                                        start_new_session=True) as process:
         stop = threading.Timer(max(timeout, 0.0), stop_group, (process.pid,))  # also while it prints nothing
         stop.start()
         for line in process.stdout:
             log.write(line)
+            stamped.write("%8.1f %s" % (time.perf_counter() - started, line))
+            stamped.flush()
             step = STEP_LINE.match(line)
             if step:
                 result["steps"], result["step_avg"] = int(step.group(1)), float(step.group(4))

@@ -48,7 +48,8 @@ def configure_kernels(tg, h, dist_info, model) -> tuple:
     if hasattr(tg, "select_kernels"):
         kernels = tg.select_kernels(h, dist_info)
         parts = [part for part in ("qk", "mlp", "ce") if part in kernels]  # the fused ops this trainer has
-        tg.use_kernels(model, kernels["attention"][0], *(kernels[part][0] for part in parts))
+        tg.use_kernels(model, kernels["attention"][0], *(kernels[part][0] for part in parts),
+                       **({"doc_attention": kernels["doc_attention"][0]} if "doc_attention" in kernels else {}))
         backend, reason = kernels["attention"]
         return (",".join([backend] + ["%s:%s" % (part, kernels[part][0]) for part in parts]),
                 " ".join(["%s (%s)" % (backend, reason)] + ["%s_kernel:%s (%s)" % ((part,) + kernels[part])

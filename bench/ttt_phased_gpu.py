@@ -6,6 +6,8 @@ artifact's deserialization (compile included), with each rank's own time; then t
     python3 bench/ttt_phased_gpu.py                      # 1 GPU: train (if no artifact yet) + the three evals
     python3 bench/ttt_phased_gpu.py --nproc 2            # the same on 2 GPUs (trains its own artifact)
     python3 bench/ttt_phased_gpu.py --parts phased       # one part only (train / sliding / full / phased)
+    python3 bench/ttt_phased_gpu.py --nproc 4 --artifact logs/ttt1_model/final_model.int6.ptz   # no training:
+                                                         # the evals of this artifact (e.g. the 1-GPU run's)
 
 Data: DATA_PATH, TOKENIZER_PATH (default .carry/wiki_caseops and .carry/caseops8192.model). The artifact and the
 result rows stay under --out (default logs/ttt_bench_<nproc>), so a later call (another part, or after a command time
@@ -162,13 +164,15 @@ def main() -> None:
     parser.add_argument("--parts", default="train,sliding,full,phased")
     parser.add_argument("--out", default="")
     parser.add_argument("--eval", choices=sorted(MODES), help=argparse.SUPPRESS)  # one eval, under torchrun
-    parser.add_argument("--artifact", help=argparse.SUPPRESS)
+    parser.add_argument("--artifact", help="evaluate this artifact (a RECIPE=2026-04-27 model) instead of training")
     args = parser.parse_args()
     if args.eval:
         return evaluate(args)
     out = Path(args.out or REPO / "logs" / f"ttt_bench_{args.nproc}")
     out.mkdir(parents=True, exist_ok=True)
-    artifact = train(args, out)
+    artifact = Path(args.artifact).resolve() if args.artifact else train(args, out)
+    if not artifact.is_file():
+        sys.exit(f"--artifact {artifact}: no such file")
     for part in [p for p in args.parts.split(",") if p in MODES]:
         status = torchrun(args, [str(Path(__file__).resolve()), "--eval", part, "--artifact", str(artifact)],
                           base_env(args), out / f"{part}.log")

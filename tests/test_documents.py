@@ -220,7 +220,14 @@ def test_the_backend_choice_is_probed_and_checked(tgpt):
     assert tgpt.select_doc_attention_backend(tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09"}), None)[0] == "none"
     with pytest.raises(tgpt.ConfigError) as info:
         tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "DOC_ATTN_BACKEND": "flex"})
-    assert info.value.errors == ["DOC_ATTN_BACKEND=flex applies to TRAIN_LOADER=documents only, not shuffled"]
+    assert info.value.errors == ["DOC_ATTN_BACKEND=flex applies to TRAIN_LOADER=documents or TTT_MODE=lora_phased "
+                                 "only"]
+    # the phased TTT's global SGD trains packed rows whatever the loader was: a backend is chosen for it too
+    shuffled = dict(TINY_0427_ENV, TRAIN_LOADER="shuffled")
+    h = tgpt.Hyperparameters.from_env(dict(shuffled, DOC_ATTN_BACKEND="sdpa"))
+    assert tgpt.select_doc_attention_backend(h, tgpt.DistInfo(0, 1, CPU)) == ("sdpa", "forced by DOC_ATTN_BACKEND")
+    h = tgpt.Hyperparameters.from_env(dict(shuffled, TTT_ENABLED="0"))
+    assert tgpt.select_doc_attention_backend(h, None)[0] == "none"
     with pytest.raises(tgpt.ConfigError) as info:
         tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-09", "TRAIN_LOADER": "documents"})
     assert info.value.errors[0].startswith("TRAIN_LOADER=documents and TTT_MODE=lora_phased need ROPE_NTK=0")
