@@ -1064,17 +1064,18 @@ class GPT(nn.Module):
         return self.logits_from_hidden(self.forward_hidden(ids))
 
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None,
-                       cu_seqlens: Optional[Tensor] = None, lora: Optional["BatchedLoRA"] = None) -> Tensor:
+                       cu_seqlens: Optional[Tensor] = None, lora: Optional["BatchedLoRA"] = None,
+                       rope: Optional[Tuple[Tensor, ...]] = None) -> Tensor:
         """ids (B, T) -> hidden states (B, T, d) before the output norm; a collector gets every block matrix's input.
-        The blocks get rope = (the RoPE tables, cu_seqlens): where each token sits, in the row and in its segment;
-        lora(slot, kind, x): the TTT adapters of block call `slot` (SPEC_0427 §10.4)."""
+        The blocks get rope = (the RoPE tables (default: rope_tables(T)), cu_seqlens): where each token sits, in the
+        row and in its segment; lora(slot, kind, x): the TTT adapters of block call `slot` (SPEC_0427 §10.4)."""
         x = self.tok_emb(ids)
         if self.bigram is not None:
             x = x + self.bigram(bigram_buckets(ids, self.bigram.embed.num_embeddings))
         if self.smear_gate is not None:
             x = self.smear_gate(x, ids, self.smear_lambda)
         x = x0 = rms_norm(x) if self.smear is None else self.smear(rms_norm(x))
-        rope = self.rope_tables(ids.size(1), ids.device, x.dtype) + (cu_seqlens,)
+        rope = (rope or self.rope_tables(ids.size(1), ids.device, x.dtype)) + (cu_seqlens,)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         encoder, decoder = self.layer_orders[self.looping]
         slot_lora = [None if lora is None else functools.partial(lora, slot) for slot in range(len(encoder + decoder))]
@@ -2615,13 +2616,17 @@ def lora_context(chunk_end: int, ctx: int) -> int:
 
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
-    hidden states are picked before the head, whose logits would not fit for every position."""
-    def nll(x: Tensor, y: Tensor, picks: Tensor) -> Tensor:
-        hidden = model.forward_hidden(x, lora=lora)
+    hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
+    the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in, so the second
+    row length compiles one graph for every length (automatic dynamic shapes; the record: dynamic=True, §10.4)."""
+    def nll(x: Tensor, y: Tensor, picks: Tensor, rope: Tuple[Tensor, ...]) -> Tensor:
+        hidden = model.forward_hidden(x, lora=lora, rope=rope)
         hidden = hidden.gather(1, picks[..., None].expand(-1, -1, hidden.size(-1)))
         logits = model.logits_from_hidden(hidden, lora=lora)
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-    return torch.compile(nll, dynamic=False, fullgraph=True) if compile_enabled(h, dist_info) else nll
+    compiled = torch.compile(nll, fullgraph=True) if compile_enabled(h, dist_info) else nll
+    cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
+    return lambda x, y, picks: compiled(x, y, picks, (cos[:x.size(1)], sin[:x.size(1)], swap))
 
 def accumulate_scores(sums: Tensor, nll: Tensor, scored: Tensor, targets: Tensor, target_bytes: Tensor) -> None:
     """Adds the scored entries of nll (and their targets' bytes) to the fp64 [nll, targets, bytes] sums."""
@@ -2659,12 +2664,12 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
             optimizer.step()
 
 def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer) -> None:
-    """Compiles every row length's forward, backward and AdamW step on random tokens (no val data), then restores
-    the adapters' first draw; the RoPE tables of those lengths are made first, by eager code."""
+    """Runs every row length's forward, backward and AdamW step on random tokens (no val data): the first two
+    compile (a graph of the shortest length, then one of any length), the rest check that nothing else does; then
+    restores the adapters' first draw."""
     ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
     generator = torch.Generator(device).manual_seed(h.seed)
     for seq_len in sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)}):
-        model.rope_tables(seq_len, device, model.tok_emb.weight.dtype)
         x, y = (torch.randint(0, h.vocab_size, (rows, n), device=device, generator=generator)
                 for n in (seq_len, h.ttt_lora_chunk))
         picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(rows, 1)

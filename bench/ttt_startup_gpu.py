@@ -49,7 +49,6 @@ def main() -> None:
     ctx, chunk = h.effective_eval_seq_len, h.ttt_lora_chunk
     generator = torch.Generator(dist_info.device).manual_seed(0)
     for seq_len in sorted({tg.lora_context(end, ctx) for end in range(chunk, ctx + chunk)}):
-        model.rope_tables(seq_len, dist_info.device, model.tok_emb.weight.dtype)
         x = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, seq_len), device=dist_info.device, generator=generator)
         y = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, chunk), device=dist_info.device, generator=generator)
         picks = (seq_len - chunk + torch.arange(chunk, device=dist_info.device)).repeat(h.ttt_doc_batch, 1)

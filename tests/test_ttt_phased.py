@@ -133,6 +133,28 @@ def test_lora_forward_is_the_base_forward_at_b_zero_and_dense_weights_otherwise(
                                   atol=1e-2)
 
 
+def test_lora_nll_reads_the_first_rows_of_the_eval_length_rope_table(tgpt):
+    """make_lora_nll gives the model the first T rows of the EVAL_SEQ_LEN (128) RoPE table, so that one compiled graph
+    serves every row length: the nll equals, bit for bit, the model's own length-T table's, at each TTT row length,
+    and the tables are inputs (no length-16 table exists until the reference's forward makes one)."""
+    h = tgpt.Hyperparameters.from_env(TTT_ENV)
+    model = random_model(tgpt, h)
+    lora = tgpt.BatchedLoRA(h, sum(map(len, model.layer_orders[True])), 2, torch.device("cpu"))
+    for b in lora.b.values():
+        b.data.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(4))
+    nll = tgpt.make_lora_nll(h, tgpt.DistInfo(0, 1, torch.device("cpu")), model, lora)
+    for length in (16, 64, 128):
+        ids = torch.randint(2, 1024, (2, length), generator=torch.Generator().manual_seed(length))
+        picks, y = torch.arange(length - 16, length).repeat(2, 1), ids[:, :16].flip(1)
+        with torch.no_grad():
+            got = nll(ids, y, picks)
+            assert length != 16 or (16, torch.float32, torch.device("cpu")) not in model.rope_cache  # not built yet
+            hidden = model.forward_hidden(ids, lora=lora).gather(1, picks[..., None].expand(-1, -1, h.model_dim))
+            expected = F.cross_entropy(model.logits_from_hidden(hidden, lora=lora).flatten(0, 1), y.flatten(),
+                                       reduction="none").view_as(y)
+        assert torch.equal(got, expected), (length, (got - expected).abs().max())
+
+
 def test_two_ranks_gather_the_spec_documents_and_wait_in_collectives(tmp_path):
     """tests/scripts/ttt_phased_ranks.py on 2 gloo ranks, rank 0 slowed by DELAY per batch: both ranks gather §10.5's
     documents at §10.5's boundaries (rank r scores queue batches r, r + 2, ...), together every target once; rank 1
