@@ -34,6 +34,9 @@ for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do
   fi
 done
 export LEFTOVERS_KILLED=1
+# torchrun sets OMP_NUM_THREADS=1 only for several processes; N single-GPU runs would each take every core
+# (suspected in the 78 s start-ups of bench/NOTES.md's 2026-11-27 round): each gets its share unless set
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / $# > 0 ? $(nproc) / $# : 1 ))}
 out=${OUT:-logs/on_gpus}
 mkdir -p "$out"
 index=0
