@@ -2765,8 +2765,7 @@ ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed mod
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
-PERGROUP_MAGIC = b"PGRP02"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes); 01: before
-# column classes (its header differs: such a file is refused by name)
+PERGROUP_MAGIC = b"PGRP02"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
 HOT_GROUPS = ("tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q")  # rows reordered where it pays (§9.2)
 CONTEXT_CAP = 3  # pergroup: a value's context, the previous value v along the coded axis: clip(v) or min(|v|, CAP)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
@@ -3028,7 +3027,7 @@ def pergroup_layout(stack: np.ndarray, mode: int, classes: Optional[np.ndarray])
     steps = stack.reshape(1, 1, -1) if mode == 0 else stack.transpose(0, 2, 1) if mode % 2 == 0 else stack
     steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
     if mode == 0:
-        return steps, np.broadcast_to(classes[:, None, :].astype(np.int32), stack.shape).reshape(1, -1)
+        return steps, np.broadcast_to(np.asarray(classes, np.int32)[:, None], stack.shape).reshape(1, -1)
     return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
 
 def encode_pergroup(payload: dict) -> List[bytes]:
@@ -3050,7 +3049,7 @@ def encode_pergroup(payload: dict) -> List[bytes]:
             values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
             classes = column_classes(stack, k) if mode == 0 else None
             steps, context = pergroup_layout(values, mode, classes)
-            counts = np.bincount((context * bins + steps - low).ravel(), minlength=(context.max() + 1) * bins)
+            counts = np.bincount((context * bins + steps - low).ravel(), minlength=context.max() * bins + bins)
             counts = counts.reshape(-1, bins)
             p = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
             size = (-(counts * np.log2(np.where(counts > 0, p, 1.0))).sum() / 8 + 2 * np.count_nonzero(counts)
@@ -3077,8 +3076,7 @@ def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[Li
     coded names, words used)."""
     position = 0
     for names, shape, low, mode, classes, counts, stream_words, order in payload["g"]:
-        steps, first = pergroup_layout(np.zeros(shape, dtype=np.int32), mode, None if classes is None else
-                                       classes.numpy())
+        steps, first = pergroup_layout(np.zeros(shape, dtype=np.int32), mode, classes)
         coders = {}
         for c, count in zip(np.flatnonzero(counts.numpy().sum(axis=1)), stream_words):
             coders[c] = (constriction.stream.stack.AnsCoder(words[position:position + count]),
@@ -3101,7 +3099,7 @@ def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
     just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
     magic = next((magic for magic in (ANS_MAGIC, PERGROUP_MAGIC) if blob.startswith(magic)), None)
-    if magic is None and blob[:4] == PERGROUP_MAGIC[:4]:
+    if magic is None and blob[:4] == PERGROUP_MAGIC[:4]:  # PGRP01: before column classes, another header
         raise DataError(f"{name}: a pergroup container of format {blob[:6]!r}; this trainer reads {PERGROUP_MAGIC!r}")
     if magic is None:
         payload = load_payload(blob, name, {"w", "m"})
