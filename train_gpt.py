@@ -3003,18 +3003,20 @@ def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
         order.append(int(np.argmin(distances[order[-1]] + used)))
     return np.array(order)
 
-def column_classes(stack: np.ndarray, k: int, rounds: int = 6) -> np.ndarray:
-    """(layers, rows, cols) -> (layers, cols) uint8: k classes of columns whose value histograms are alike: by
-    quantile of mean |q| (equal counts), then `rounds` of moving each column to the class that codes it shortest."""
-    bins, columns = int(stack.max() - stack.min()) + 1, stack.shape[0] * stack.shape[2]
+def column_classes(stack: np.ndarray, rounds: int = 6) -> dict:
+    """(layers, rows, cols) -> {k: (layers, cols) uint8}, k = 1-16: classes of columns of like histograms, by quantile
+    of mean |q| (equal counts), then `rounds` of moving each column to the class that codes it shortest."""
+    bins, columns, classes_by_k = int(stack.max() - stack.min()) + 1, stack.shape[0] * stack.shape[2], {}
     index = np.arange(columns).reshape(stack.shape[0], 1, -1) * bins + stack - stack.min()
     histograms = np.bincount(index.ravel(), minlength=columns * bins).reshape(columns, bins).astype(np.float64)
     stat = np.abs(stack).mean(axis=1).ravel()
-    classes = np.searchsorted(np.quantile(stat, np.linspace(0, 1, k + 1)[1:-1]), stat)
-    for _ in range(rounds):
-        counts = np.eye(k)[classes].T @ histograms + 0.5
-        classes = np.argmax(histograms @ np.log2(counts / counts.sum(axis=1, keepdims=True)).T, axis=1)
-    return classes.reshape(stack.shape[0], -1).astype(np.uint8)
+    for k in (1, 2, 4, 8, 16):
+        classes = np.searchsorted(np.quantile(stat, np.linspace(0, 1, k + 1)[1:-1]), stat)
+        for _ in range(rounds):
+            counts = np.eye(k)[classes].T @ histograms + 0.5
+            classes = np.argmax(histograms @ np.log2(counts / counts.sum(axis=1, keepdims=True)).T, axis=1)
+        classes_by_k[k] = classes.reshape(stack.shape[0], -1).astype(np.uint8)
+    return classes_by_k
 
 def pergroup_context(previous: np.ndarray, mode: int) -> np.ndarray:
     return CONTEXT_CAP + (np.clip(previous, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else
@@ -3026,9 +3028,8 @@ def pergroup_layout(stack: np.ndarray, mode: int, classes: Optional[np.ndarray])
     column's); 2/4 column by column; 1/2 from its magnitude, 3/4 from its value (pergroup_context)."""
     steps = stack.reshape(1, 1, -1) if mode == 0 else stack.transpose(0, 2, 1) if mode % 2 == 0 else stack
     steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
-    if mode == 0:
-        return steps, np.broadcast_to(np.asarray(classes, np.int32)[:, None], stack.shape).reshape(1, -1)
-    return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
+    return steps, (np.broadcast_to(np.asarray(classes, np.int32)[:, None], stack.shape).reshape(1, -1) if mode == 0
+                   else pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode))
 
 def encode_pergroup(payload: dict) -> List[bytes]:
     """SPEC_0427 §9 with our coder for lrzip: the 2-D int8 .q tensors of one role and shape form a group (layer
@@ -3044,10 +3045,11 @@ def encode_pergroup(payload: dict) -> List[bytes]:
         stack = np.stack([tensors[name].numpy().astype(np.int32) for name in names])
         low, bins, best = int(stack.min()), max(int(stack.max() - stack.min()) + 1, 2), None
         chain = np.stack([nearest_neighbour_order(matrix) for matrix in stack]) if role in HOT_GROUPS else None
+        classes_by_k = column_classes(stack)
         for mode, k, order in ([(0, k, None) for k in (1, 2, 4, 8, 16)] + [(mode, 1, None) for mode in range(1, 5)]
                                + [(1, 1, chain), (3, 1, chain)] * (chain is not None)):
             values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
-            classes = column_classes(stack, k) if mode == 0 else None
+            classes = classes_by_k[k] if mode == 0 else None
             steps, context = pergroup_layout(values, mode, classes)
             counts = np.bincount((context * bins + steps - low).ravel(), minlength=context.max() * bins + bins)
             counts = counts.reshape(-1, bins)
