@@ -170,8 +170,8 @@ def main(argv=None) -> int:
         tensors, meta = tg.deserialize_artifact(Path(args.input).read_bytes(), args.input)
         title = args.input
     rows, chains, uncached = [], {}, tg.nearest_neighbour_order
-    # our row computes each hot matrix's nearest-neighbour order; the per-group table below reuses it (minutes on a
-    # CPU), the lrzip row computes its own (uncached) as the record does
+    # our row computes each hot matrix's nearest-neighbour order; the per-group table below reuses it (~30 s on a
+    # 2-core CPU), the lrzip row computes its own (uncached) as the record does
     tg.nearest_neighbour_order = lambda m: chains[m.tobytes()] if m.tobytes() in chains else chains.setdefault(
         m.tobytes(), uncached(m))
     print("%s: %d stored values in %d tensors; %d torch threads; encoding..." % (
