@@ -3003,10 +3003,10 @@ def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
         order.append(int(np.argmin(distances[order[-1]] + used)))
     return np.array(order)
 
-def column_classes(stack: np.ndarray, rounds: int = 6) -> dict:
-    """(layers, rows, cols) -> {k: (layers, cols) uint8}, k = 1-16: classes of columns of like histograms, by quantile
-    of mean |q| (equal counts), then `rounds` of moving each column to the class that codes it shortest."""
-    bins, columns, classes_by_k = int(stack.max() - stack.min()) + 1, stack.shape[0] * stack.shape[2], {}
+def column_classes(stack: np.ndarray, bins: int, rounds: int = 6) -> list:
+    """(layers, rows, cols) -> [((layers, cols) uint8 classes, their (k, bins) histograms)], k = 1, 2, 4, 8, 16: by
+    quantile of mean |q| (equal counts), then `rounds` of moving each column to the class that codes it shortest."""
+    columns, classes_by_k = stack.shape[0] * stack.shape[2], []
     index = np.arange(columns).reshape(stack.shape[0], 1, -1) * bins + stack - stack.min()
     histograms = np.bincount(index.ravel(), minlength=columns * bins).reshape(columns, bins).astype(np.float64)
     stat = np.abs(stack).mean(axis=1).ravel()
@@ -3015,12 +3015,12 @@ def column_classes(stack: np.ndarray, rounds: int = 6) -> dict:
         for _ in range(rounds):
             counts = np.eye(k)[classes].T @ histograms + 0.5
             classes = np.argmax(histograms @ np.log2(counts / counts.sum(axis=1, keepdims=True)).T, axis=1)
-        classes_by_k[k] = classes.reshape(stack.shape[0], -1).astype(np.uint8)
+        classes_by_k.append((classes.reshape(stack.shape[0], -1).astype(np.uint8),
+                             (np.eye(k)[classes].T @ histograms).astype(np.int64)))
     return classes_by_k
 
-def pergroup_context(previous: np.ndarray, mode: int) -> np.ndarray:
-    return CONTEXT_CAP + (np.clip(previous, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else
-                          np.minimum(np.abs(previous), CONTEXT_CAP) * (mode > 0))
+def pergroup_context(v: np.ndarray, mode: int) -> np.ndarray:  # v: the value before, along the coded axis
+    return CONTEXT_CAP + (np.clip(v, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else np.minimum(abs(v), CONTEXT_CAP))
 
 def pergroup_layout(stack: np.ndarray, mode: int, classes: Optional[np.ndarray]) -> tuple:
     """(layers, rows, cols) -> (values in coding order (steps, values per step), their contexts): mode 0 one step,
@@ -3045,20 +3045,22 @@ def encode_pergroup(payload: dict) -> List[bytes]:
         stack = np.stack([tensors[name].numpy().astype(np.int32) for name in names])
         low, bins, best = int(stack.min()), max(int(stack.max() - stack.min()) + 1, 2), None
         chain = np.stack([nearest_neighbour_order(matrix) for matrix in stack]) if role in HOT_GROUPS else None
-        classes_by_k = column_classes(stack)
-        for mode, k, order in ([(0, k, None) for k in (1, 2, 4, 8, 16)] + [(mode, 1, None) for mode in range(1, 5)]
-                               + [(1, 1, chain), (3, 1, chain)] * (chain is not None)):
+        for mode, classes, counts, order in ([(0, *pair, None) for pair in column_classes(stack, bins)]
+                                             + [(mode, None, None, None) for mode in range(1, 5)]
+                                             + [(1, None, None, chain), (3, None, None, chain)] * (chain is not None)):
             values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
-            classes = classes_by_k[k] if mode == 0 else None
-            steps, context = pergroup_layout(values, mode, classes)
-            counts = np.bincount((context * bins + steps - low).ravel(), minlength=context.max() * bins + bins)
-            counts = counts.reshape(-1, bins)
+            if mode:  # mode 0's counts come from the column histograms, without its layout
+                steps, context = pergroup_layout(values, mode, classes)
+                counts = np.bincount((context * bins + steps - low).ravel(), minlength=context.max() * bins + bins)
+                counts = counts.reshape(-1, bins)
             p = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
             size = (-(counts * np.log2(np.where(counts > 0, p, 1.0))).sum() / 8 + 2 * np.count_nonzero(counts)
-                    + (0 if order is None else 2 * order.size) + (mode == 0) * stack[:, 0].size * math.log2(k) / 8)
+                    + (0 if order is None else 2 * order.size)  # side information: the order, the classes
+                    + (mode == 0) * stack[:, 0].size * math.log2(len(counts)) / 8)
             if best is None or size < best[0]:
-                best = (size, mode, classes, order, steps, context, counts)
-        _, mode, classes, order, steps, context, counts = best
+                best = (size, mode, classes, order, values, counts)
+        _, mode, classes, order, values, counts = best
+        steps, context = pergroup_layout(values, mode, classes)
         words = []
         for c in np.flatnonzero(counts.sum(axis=1)):
             coder = constriction.stream.stack.AnsCoder()
