@@ -2770,7 +2770,7 @@ ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed mod
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
 ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
-PERGROUP_MAGIC = b"PGRP01"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
+PERGROUP_MAGIC = b"PGRP02"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
 HOT_GROUPS = ("tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q")  # rows reordered where it pays (§9.2)
 CONTEXT_CAP = 3  # pergroup: a value's context, the previous value v along the coded axis: clip(v) or min(|v|, CAP)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
@@ -2999,31 +2999,49 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
     return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
 
 def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
-    """SPEC_0427 §9.2: from row 0, append the unused row of least L1 distance to the last one (ties: lowest index)."""
+    """SPEC_0427 §9.2: from row 0, append the unused row of least L1 distance to the last one (ties: lowest index).
+    All distances in one cdist (exact: sums of integers < 2^24 in fp32), then the chain, O(rows) a step."""
     rows = torch.from_numpy(matrix).to(device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.float32)
-    left, order = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device), [0]
-    for _ in range(rows.shape[0] - 1):
-        left[order[-1]] = False
-        order.append(int((rows - rows[order[-1]]).abs().sum(dim=1).masked_fill(~left, float("inf")).argmin()))
+    distances, used, order = torch.cdist(rows[None], rows[None], p=1)[0].cpu().numpy(), np.zeros(len(rows)), [0]
+    for _ in range(len(rows) - 1):
+        used[order[-1]] = np.inf
+        order.append(int(np.argmin(distances[order[-1]] + used)))
     return np.array(order)
 
-def pergroup_context(previous: np.ndarray, mode: int) -> np.ndarray:
-    return CONTEXT_CAP + (np.clip(previous, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else
-                          np.minimum(np.abs(previous), CONTEXT_CAP) * (mode > 0))
+def column_classes(stack: np.ndarray, bins: int, rounds: int = 6) -> list:
+    """(layers, rows, cols) -> [((layers, cols) uint8 classes, their (k, bins) histograms)], k = 1, 2, 4, 8, 16: by
+    quantile of mean |q| (equal counts), then `rounds` of moving each column to the class that codes it shortest."""
+    columns, classes_by_k = stack.shape[0] * stack.shape[2], []
+    index = np.arange(columns).reshape(stack.shape[0], 1, -1) * bins + stack - stack.min()
+    histograms = np.bincount(index.ravel(), minlength=columns * bins).reshape(columns, bins).astype(np.float64)
+    stat = np.abs(stack).mean(axis=1).ravel()
+    for k in (1, 2, 4, 8, 16):
+        classes = np.searchsorted(np.quantile(stat, np.linspace(0, 1, k + 1)[1:-1]), stat)
+        for _ in range(rounds):
+            counts = np.eye(k)[classes].T @ histograms + 0.5
+            classes = np.argmax(histograms @ np.log2(counts / counts.sum(axis=1, keepdims=True)).T, axis=1)
+        classes_by_k.append((classes.reshape(stack.shape[0], -1).astype(np.uint8),
+                             (np.eye(k)[classes].T @ histograms).astype(np.int64)))
+    return classes_by_k
 
-def pergroup_layout(stack: np.ndarray, mode: int) -> tuple:
+def pergroup_context(v: np.ndarray, mode: int) -> np.ndarray:  # v: the value before, along the coded axis
+    return CONTEXT_CAP + (np.clip(v, -CONTEXT_CAP, CONTEXT_CAP) if mode > 2 else np.minimum(abs(v), CONTEXT_CAP))
+
+def pergroup_layout(stack: np.ndarray, mode: int, classes: Optional[np.ndarray]) -> tuple:
     """(layers, rows, cols) -> (values in coding order (steps, values per step), their contexts): mode 0 one step,
-    one context; modes 1/3 row by row, the context from the value above (the column's); 2/4 column by column;
-    1/2 from its magnitude, 3/4 from its value (pergroup_context)."""
+    the context the column's class (column_classes); modes 1/3 row by row, the context from the value above (the
+    column's); 2/4 column by column; 1/2 from its magnitude, 3/4 from its value (pergroup_context)."""
     steps = stack.reshape(1, 1, -1) if mode == 0 else stack.transpose(0, 2, 1) if mode % 2 == 0 else stack
     steps = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1)
-    return steps, pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode)
+    return steps, (np.broadcast_to(np.asarray(classes, np.int32)[:, None], stack.shape).reshape(1, -1) if mode == 0
+                   else pergroup_context(np.concatenate([steps[:1] * 0, steps[:-1]]), mode))
 
 def encode_pergroup(payload: dict) -> List[bytes]:
     """SPEC_0427 §9 with our coder for lrzip: the 2-D int8 .q tensors of one role and shape form a group (layer
-    order), rANS-coded in the layout whose estimated size (entropy + ~2 B per table entry + permutation) is least:
-    mode 0/1/2 of pergroup_layout, or for HOT_GROUPS mode 1 on rows in nearest-neighbour order; one stream per used
-    context. payload["w"] keeps the rest; "g": per group (names, shape, low, mode, counts, words, order or None)."""
+    order), rANS-coded in the layout whose estimated size (entropy + ~2 B per table entry + side information) is
+    least: mode 0 with 1-16 column classes, 1-4 of pergroup_layout, or for HOT_GROUPS 1/3 on rows in nearest-neighbour
+    order; one stream per used context. payload["w"] keeps the rest; "g": per group (names, shape, low, mode, classes
+    (mode 0) or None, counts, words, order or None)."""
     tensors, groups, streams, header = payload["w"], {}, [], []
     for name, tensor in tensors.items():
         if name.endswith(".q") and tensor.dtype == torch.int8 and tensor.ndim == 2:
@@ -3032,26 +3050,31 @@ def encode_pergroup(payload: dict) -> List[bytes]:
         stack = np.stack([tensors[name].numpy().astype(np.int32) for name in names])
         low, bins, best = int(stack.min()), max(int(stack.max() - stack.min()) + 1, 2), None
         chain = np.stack([nearest_neighbour_order(matrix) for matrix in stack]) if role in HOT_GROUPS else None
-        for mode, order in [(mode, None) for mode in range(5)] + [(1, chain), (3, chain)] * (chain is not None):
+        for mode, classes, counts, order in ([(0, *pair, None) for pair in column_classes(stack, bins)]
+                                             + [(mode, None, None, None) for mode in range(1, 5)]
+                                             + [(1, None, None, chain), (3, None, None, chain)] * (chain is not None)):
             values = stack if order is None else np.take_along_axis(stack, order[:, :, None], axis=1)
-            steps, context = pergroup_layout(values, mode)
-            counts = np.bincount((context * bins + steps - low).ravel(), minlength=(2 * CONTEXT_CAP + 1) * bins)
-            counts = counts.reshape(2 * CONTEXT_CAP + 1, bins)
+            if mode:  # mode 0's counts come from the column histograms, without its layout
+                steps, context = pergroup_layout(values, mode, classes)
+                counts = np.bincount((context * bins + steps - low).ravel(), minlength=context.max() * bins + bins)
+                counts = counts.reshape(-1, bins)
             p = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
             size = (-(counts * np.log2(np.where(counts > 0, p, 1.0))).sum() / 8 + 2 * np.count_nonzero(counts)
-                    + (0 if order is None else 2 * order.size))
+                    + (0 if order is None else 2 * order.size)  # side information: the order, the classes
+                    + (mode == 0) * stack[:, 0].size * math.log2(len(counts)) / 8)
             if best is None or size < best[0]:
-                best = (size, mode, order, steps, context, counts)
-        _, mode, order, steps, context, counts = best
+                best = (size, mode, classes, order, values, counts)
+        _, mode, classes, order, values, counts = best
+        steps, context = pergroup_layout(values, mode, classes)
         words = []
         for c in np.flatnonzero(counts.sum(axis=1)):
             coder = constriction.stream.stack.AnsCoder()
             coder.encode_reverse(steps[context == c] - low, ans_model(counts[c]))
             streams.append(coder.get_compressed().astype("<u4").tobytes())
             words.append(len(streams[-1]) // 4)
-        header.append((names, (len(names),) + shape, low, mode, torch.from_numpy(counts), words,
-                       None if order is None else torch.from_numpy(order.astype(np.int16 if shape[0] <= 32768
-                                                                                else np.int32))))
+        header.append((names, (len(names),) + shape, low, mode, None if classes is None else torch.from_numpy(classes),
+                       torch.from_numpy(counts), words, None if order is None else
+                       torch.from_numpy(order.astype(np.int16 if shape[0] <= 32768 else np.int32))))
     coded = [name for names, *_ in header for name in names]
     payload.update(w={name: t for name, t in tensors.items() if name not in coded}, g=header,
                    c=(importlib.metadata.version("constriction"), ans_digest(tensors, coded)))
@@ -3061,15 +3084,15 @@ def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[Li
     """encode_pergroup's groups into `tensors`, step by step (a step's contexts are the step before it) -> (the
     coded names, words used)."""
     position = 0
-    for names, shape, low, mode, counts, stream_words, order in payload["g"]:
-        steps, _ = pergroup_layout(np.zeros(shape, dtype=np.int32), mode)
+    for names, shape, low, mode, classes, counts, stream_words, order in payload["g"]:
+        steps, first = pergroup_layout(np.zeros(shape, dtype=np.int32), mode, classes)
         coders = {}
         for c, count in zip(np.flatnonzero(counts.numpy().sum(axis=1)), stream_words):
             coders[c] = (constriction.stream.stack.AnsCoder(words[position:position + count]),
                          ans_model(counts[c].numpy()))
             position += count
         for step in range(steps.shape[0]):
-            context = pergroup_context(steps[step - 1] if step else steps[0] * 0, mode)
+            context = pergroup_context(steps[step - 1], mode) if step else first[0]
             for c, (coder, model) in coders.items():
                 where = np.flatnonzero(context == c)
                 steps[step, where] = coder.decode(model, where.size) + low
@@ -3085,6 +3108,8 @@ def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
     just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
     magic = next((magic for magic in (ANS_MAGIC, PERGROUP_MAGIC) if blob.startswith(magic)), None)
+    if magic is None and blob[:4] == PERGROUP_MAGIC[:4]:  # PGRP01: before column classes, another header
+        raise DataError(f"{name}: a pergroup container of format {blob[:6]!r}; this trainer reads {PERGROUP_MAGIC!r}")
     if magic is None:
         payload = load_payload(blob, name, {"w", "m"})
         return payload["w"], payload["m"]

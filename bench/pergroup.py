@@ -10,10 +10,11 @@ Rows: brotli (COMPRESSOR=brotli: torch.save, brotli q11), brotli+shuffle (BYTE_S
 `lrzip -z -L 9` per group in threads, the rest torch.save + brotli q11 lgwin 24, the orders brotli), ans
 (COMPRESSOR=ans, shuffled) and pergroup (COMPRESSOR=pergroup, shuffled: the trainer's container). The lrzip row
 needs the `lrzip` binary on PATH (Debian: apt-get install lrzip), else it says so. Then the per-group table:
-pergroup's chosen layout and bytes per group against lrzip's. --synthetic: the 04-27 tensors (11 layers, d 512,
-MLP 4x, vocab 8192), Student-t (df 5) weights with log-normal row and column scales, quantized as SDClip round-to-
-nearest (GPTQ with an identity Hessian) at the recipe's bits and k, the sparse gates int8, LQER on the top 3, fp16
-passthroughs. Independent values: no coder finds structure a trained model's weights may have; run it on one.
+pergroup's chosen layout (mode, column classes used) and bytes per group against lrzip's. --synthetic: the 04-27
+tensors (11 layers, d 512, MLP 4x, vocab 8192), Student-t (df 5) weights with log-normal row and column scales,
+quantized as SDClip round-to-nearest (GPTQ with an identity Hessian) at the recipe's bits and k, the sparse gates
+int8, LQER on the top 3, fp16 passthroughs. Independent values apart from the scales: no coder finds structure a
+trained model's weights may have; run it on one.
 """
 import argparse
 import concurrent.futures
@@ -169,8 +170,8 @@ def main(argv=None) -> int:
         tensors, meta = tg.deserialize_artifact(Path(args.input).read_bytes(), args.input)
         title = args.input
     rows, chains, uncached = [], {}, tg.nearest_neighbour_order
-    # our row computes each hot matrix's nearest-neighbour order; the per-group table below reuses it (minutes on a
-    # CPU), the lrzip row computes its own (uncached) as the record does
+    # our row computes each hot matrix's nearest-neighbour order; the per-group table below reuses it (~30 s on a
+    # 2-core CPU), the lrzip row computes its own (uncached) as the record does
     tg.nearest_neighbour_order = lambda m: chains[m.tobytes()] if m.tobytes() in chains else chains.setdefault(
         m.tobytes(), uncached(m))
     print("%s: %d stored values in %d tensors; %d torch threads; encoding..." % (
@@ -204,14 +205,15 @@ def main(argv=None) -> int:
                                                     row["decode_s"]))
     payload = {"w": dict(tensors), "m": meta}
     streams = tg.encode_pergroup(payload)
-    print("\n| group (pergroup) | layers x rows x cols | mode | NN order | our bytes | lrzip bytes |")
-    print("|---|---|---:|---|---:|---:|")
+    print("\n| group (pergroup) | layers x rows x cols | mode | column classes | NN order | our bytes | lrzip bytes |")
+    print("|---|---|---:|---:|---|---:|---:|")
     position = 0
-    for names, shape, low, mode, counts, words, order in payload["g"]:
+    for names, shape, low, mode, classes, counts, words, order in payload["g"]:
         ours = sum(len(s) for s in streams[position:position + len(words)])
         position += len(words)
-        print("| %s | %s | %d | %s | %d | %s |" % (names[0], "x".join(map(str, shape)), mode,
-                                                   "yes" if order is not None else "no", ours,
+        print("| %s | %s | %d | %s | %s | %d | %s |" % (names[0], "x".join(map(str, shape)), mode,
+                                                        "-" if classes is None else int(classes.max()) + 1,
+                                                        "yes" if order is not None else "no", ours,
                                                    lrzip_bytes.get(names[0], "-")))
     if args.json:
         Path(args.json).write_text(json.dumps({"input": title, "rows": rows}, indent=2) + "\n", encoding="utf-8")

@@ -177,11 +177,13 @@ def test_pergroup_round_trips_every_tensor_and_beats_ans(tgpt):
         assert blob == tgpt.serialize_artifact(tensors, meta, "pergroup", byte_shuffle=shuffle)  # deterministic
     payload = {"w": dict(tensors), "m": meta}
     tgpt.encode_pergroup(payload)
-    groups = {names[0]: (shape, mode, order) for names, shape, low, mode, counts, words, order in payload["g"]}
+    groups = {names[0]: (shape, mode, order, classes) for names, shape, _, mode, classes, _, _, order in payload["g"]}
     assert groups["blocks.0.mlp.fc.weight.q"][0] == (3, 128, 48)  # one group per role across the layers
     assert len(groups) == 5 and "blocks.0.mlp.fc.weight.lqA" in payload["w"]  # LQER factors stay in the header
     assert groups["tok_emb.weight.q"][1] == 3 and groups["tok_emb.weight.q"][2] is not None  # prototypes: chained
-    assert groups["blocks.0.mlp.fc.weight.q"][1:] in ((1, None), (3, None))  # uneven columns: the column's context
+    fc_classes = groups["blocks.0.mlp.fc.weight.q"][3]  # uneven columns: one step, the column's class the context
+    assert groups["blocks.0.mlp.fc.weight.q"][1:3] == (0, None) and fc_classes.shape == (3, 48)
+    assert fc_classes.max() > 0 and groups["blocks.0.attn.c_q.weight.q"][3].max() > 0  # and they pay
     assert groups["blocks.0.mlp.proj.weight.q"][1] in (2, 4)  # uneven rows: the context along the row
     assert len(blob) < 0.95 * len(tgpt.serialize_artifact(tensors, meta, "ans", byte_shuffle=True))
 
@@ -190,6 +192,22 @@ def test_nearest_neighbour_order_is_the_greedy_l1_chain(tgpt):
     rows = np.array([[0, 0], [5, 5], [1, 0], [0, 1], [4, 5], [1, 1]])
     # from 0: rows 2 and 3 at distance 1, the lower index first; from 2: 5 (1) before 3 (2); then 3, 4, 1
     assert tgpt.nearest_neighbour_order(rows).tolist() == [0, 2, 5, 3, 4, 1]
+
+
+def plain_greedy_chain(matrix):
+    order, left = [0], set(range(1, len(matrix)))
+    while left:
+        distances = {j: int(np.abs(matrix[j] - matrix[order[-1]]).sum()) for j in left}
+        order.append(min(left, key=lambda j: (distances[j], j)))
+        left.remove(order[-1])
+    return order
+
+
+def test_nearest_neighbour_order_equals_the_plain_greedy_chain_with_ties(tgpt):
+    generator = np.random.default_rng(0)
+    for rows, cols, low, high in ((50, 3, 0, 2), (80, 4, -2, 3), (40, 64, -63, 64), (33, 1, 0, 1), (1, 5, 0, 9)):
+        matrix = generator.integers(low, high, (rows, cols)).astype(np.int8)  # few values: most steps tie
+        assert tgpt.nearest_neighbour_order(matrix).tolist() == plain_greedy_chain(matrix.astype(np.int64))
 
 
 def test_damaged_pergroup_artifacts_are_named_errors(tgpt, tmp_path, monkeypatch):
@@ -205,6 +223,8 @@ def test_damaged_pergroup_artifacts_are_named_errors(tgpt, tmp_path, monkeypatch
         altered[position] ^= 0x20
         with pytest.raises(tgpt.DataError, match="^" + re.escape(path)):
             tgpt.deserialize_artifact(bytes(altered), path)
+    with pytest.raises(tgpt.DataError, match=re.escape("a pergroup container of format b'PGRP01'; this trainer reads")):
+        tgpt.deserialize_artifact(b"PGRP01" + blob[6:], path)  # the format before column classes
     real_model = tgpt.ans_model
     with monkeypatch.context() as patch:  # a decoder whose model differs (another constriction version would)
         patch.setattr(tgpt, "ans_model", lambda counts: real_model(counts + np.arange(counts.size) % 2))
