@@ -27,7 +27,7 @@ fi
 xdist=()
 [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile)
 [ "$workers" -gt 1 ] && export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # the processes share the cores
-echo "+ $PYTHON -m pytest -rs ${xdist[*]} tests $*"
+echo "+ $PYTHON -m pytest -rs ${xdist[*]:+${xdist[*]} }tests $*"
 # PASSIVE: idle OpenMP threads of the in-process tests sleep instead of spinning (the trainer does so when run)
 exec env CUDA_VISIBLE_DEVICES="" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}" \
   "$PYTHON" -m pytest -rs "${xdist[@]}" tests "$@"

@@ -332,7 +332,8 @@ def test_run_sh_test_sh_and_tools_py_use_the_same_interpreter(tmp_path, run_id):
     assert " %s -m torch.distributed.run " % venv_python in command, command
     tested = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True,
                             timeout=120)
-    assert tested.stdout.startswith("+ %s -m pytest -rs tests --version" % venv_python), tested.stdout + tested.stderr
+    assert tested.stdout.startswith("+ %s -m pytest -rs -n 2 --dist loadfile tests --version" % venv_python), \
+        tested.stdout + tested.stderr
     py = subprocess.run([str(root / "tools" / "py"), "-c", "import os; print(os.environ['PYTHON'])"], env=env,
                         capture_output=True, text=True, timeout=60)
     assert (py.returncode, py.stdout.strip()) == (0, str(venv_python)), py.stderr
@@ -366,7 +367,11 @@ def test_test_sh_installs_triton_into_the_venv_and_lists_skips(tmp_path, run_id)
     out = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert pip_log.read_text().splitlines() == ["-m pip install -q triton==3.7.1"]
-    assert out.stdout.startswith("+ %s -m pytest -rs tests --version" % (root / ".venv" / "bin" / "python"))
+    assert out.stdout.startswith("+ %s -m pytest -rs -n 2 --dist loadfile tests --version"
+                                 % (root / ".venv" / "bin" / "python"))
+    serial = subprocess.run([str(root / "test.sh"), "--version"], env=dict(env, TEST_WORKERS="0"), capture_output=True,
+                            text=True, timeout=120)
+    assert serial.stdout.startswith("+ %s -m pytest -rs tests --version" % (root / ".venv" / "bin" / "python"))
 
 
 def test_an_explicit_python_that_lacks_requirements_is_an_error(tmp_path, run_id):
