@@ -79,10 +79,11 @@ def last_line(text: str) -> str:
 def start_and_wait_for(root: Path, env: dict, output: Path, needle: str, timeout: float = 240):
     """Starts run.sh in the background, its output to a file, and returns it once `needle` is printed."""
     with open(output, "w") as handle:
-        # SIGINT as at a terminal: a job started in the background (e.g. a CI runner's `cmd &`) inherits SIGINT
-        # ignored, and bash cannot trap a signal that was ignored when it started
+        # SIGINT and SIGHUP as at a terminal: a job started in the background (e.g. a CI runner's `cmd &`) inherits
+        # SIGINT ignored, one under nohup SIGHUP, and bash cannot trap a signal that was ignored when it started
         proc = subprocess.Popen([str(root / "run.sh")], env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT,
+                                                                                               signal.SIGHUP)])
     deadline = time.monotonic() + timeout
     while needle not in output.read_text():
         assert proc.poll() is None, "run.sh ended before %r:\n%s" % (needle, output.read_text()[-3000:])
