@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tgpt_util import REPO, run_env, tgpt, tiny_data, tiny_data_short_val  # noqa: F401 (fixtures)
+from tgpt_util import REPO, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
 
 SCRIPT = str(REPO / "train_gpt.py")
 STEPS = 8
@@ -23,10 +23,9 @@ def command(nproc: int) -> list:
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % nproc, SCRIPT]
 
 
-def trainer_env(data, loader: str, **extra) -> dict:
-    """`data`: tiny_data_short_val (the runs' final validation is not what these tests check)."""
+def trainer_env(tiny_data, loader: str, **extra) -> dict:
     documents = dict(ROPE_NTK="0") if loader == "documents" else {}  # packed rows: no NTK rescale (validate)
-    return run_env(dict(dict(data["env"], RUN_ID="ck", ITERATIONS=str(STEPS), VAL_LOSS_EVERY="0",
+    return run_env(dict(dict(tiny_data["env"], RUN_ID="ck", ITERATIONS=str(STEPS), VAL_LOSS_EVERY="0",
                              FINAL_EVAL="0", TRAIN_LOG_EVERY="1", TRAIN_LOADER=loader, **documents), **extra))
 
 
@@ -87,14 +86,14 @@ HALF = str(STEPS // 2)
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_data_short_val, tmp_path_factory):
+def straight(tiny_data, tmp_path_factory):
     """straight(loader, nproc): the folder of a run of STEPS steps with checkpoints at STEPS/2 and STEPS (made once)."""
     made = {}
 
     def make(loader: str, nproc: int):
         if (loader, nproc) not in made:
             root = tmp_path_factory.mktemp("straight_%s_%d" % (loader, nproc))
-            train(root, trainer_env(tiny_data_short_val, loader, CHECKPOINT_EVERY=HALF, **EXTRA), nproc)
+            train(root, trainer_env(tiny_data, loader, CHECKPOINT_EVERY=HALF, **EXTRA), nproc)
             made[loader, nproc] = root
         return made[loader, nproc]
     return make
@@ -105,20 +104,20 @@ def straight(tiny_data_short_val, tmp_path_factory):
 @pytest.mark.parametrize("loader, nproc, how", [("sequential", 1, "sigterm"), ("shuffled", 1, "copy"),
                                                 ("sequential", 2, "copy"), ("shuffled", 2, "sigterm"),
                                                 ("documents", 1, "copy")])
-def test_stopped_and_resumed_runs_end_bit_identical_to_a_straight_run(tiny_data_short_val, straight, tmp_path, loader,
-                                                                      nproc, how):
+def test_stopped_and_resumed_runs_end_bit_identical_to_a_straight_run(tiny_data, straight, tmp_path, loader, nproc,
+                                                                      how):
     reference = straight(loader, nproc) / "logs" / "ck" / "checkpoints"
     assert sorted(p.name for p in reference.iterdir()) == ["step_" + HALF, "step_%d" % STEPS]
     run = tmp_path / "run"
     if how == "copy":
         shutil.copytree(straight(loader, nproc), run)
         shutil.rmtree(run / "logs" / "ck" / "checkpoints" / ("step_%d" % STEPS))
-        out = train(run, trainer_env(tiny_data_short_val, loader, CHECKPOINT_EVERY=HALF, RESUME=str(
+        out = train(run, trainer_env(tiny_data, loader, CHECKPOINT_EVERY=HALF, RESUME=str(
             run / "logs" / "ck" / "checkpoints" / ("step_" + HALF)), **EXTRA), nproc)
         assert "resume: step:%s/%d" % (HALF, STEPS) in out.stdout
         assert "step:%d/%d train_loss" % (STEPS // 2 + 1, STEPS) in out.stdout and "\nstep:1/" not in out.stdout
     else:
-        env = trainer_env(tiny_data_short_val, loader, CHECKPOINT_ON_SIGNAL="1", CHECKPOINT_EVERY=str(STEPS), **EXTRA)
+        env = trainer_env(tiny_data, loader, CHECKPOINT_ON_SIGNAL="1", CHECKPOINT_EVERY=str(STEPS), **EXTRA)
         stopped = stop_by_sigterm(run, env, nproc, "step:2/%d" % STEPS)
         log = (run / "logs" / "ck.txt").read_text()
         assert stopped.returncode != 0 and "checkpoint: step:" in log, stopped.stderr_text[-3000:]
@@ -137,8 +136,8 @@ def test_stopped_and_resumed_runs_end_bit_identical_to_a_straight_run(tiny_data_
                            nproc)
 
 
-def test_sigterm_without_checkpointing_ends_the_log_with_a_stopped_line(tiny_data_short_val, tmp_path):
-    env = trainer_env(tiny_data_short_val, "sequential", ITERATIONS="100000")
+def test_sigterm_without_checkpointing_ends_the_log_with_a_stopped_line(tiny_data, tmp_path):
+    env = trainer_env(tiny_data, "sequential", ITERATIONS="100000")
     stopped = stop_by_sigterm(tmp_path, env, 1, "step:2/")
     assert stopped.returncode == 128 + signal.SIGTERM
     last = (tmp_path / "logs" / "ck.txt").read_text().splitlines()[-1]
@@ -148,10 +147,10 @@ def test_sigterm_without_checkpointing_ends_the_log_with_a_stopped_line(tiny_dat
 
 
 @pytest.fixture()
-def saved_run(tiny_data_short_val, straight):
+def saved_run(tiny_data, straight):
     """The half-way checkpoint of the one-rank shuffled run, the env that made it and the run's folder."""
     root = straight("shuffled", 1)
-    env = trainer_env(tiny_data_short_val, "shuffled", CHECKPOINT_EVERY=HALF, **EXTRA)
+    env = trainer_env(tiny_data, "shuffled", CHECKPOINT_EVERY=HALF, **EXTRA)
     return root / "logs" / "ck" / "checkpoints" / ("step_" + HALF), env, root
 
 
