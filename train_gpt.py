@@ -814,12 +814,16 @@ class TrainingClock:
 class BackgroundIterator:
     """`source` run in a daemon thread at most `depth` items ahead, in order; an exception (StopIteration at the end)
     reaches the consumer after the items made before it, and again on every later call. close() (also at exit: a
-    daemon thread inside torch would abort the exit) empties the queue until the thread, seeing the stop, has ended,
-    or for STOP_SECONDS: a producer stuck in a read (a stalled filesystem) is left behind, with a warning."""
+    daemon thread inside torch would abort the exit) stops the thread and waits until it has ended, or STOP_SECONDS:
+    a producer stuck in a read (a stalled filesystem) is left behind, with a warning. Items and free slots pass
+    through C-level SimpleQueues: RunStopped, raised wherever the main thread is, could leave a queue.Queue's
+    lock held (just after its acquire, or at its __exit__), and close() would then wait for that lock for ever."""
     STOP_SECONDS = 10.0
 
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
-        self.queue, self.stop, self.end = queue.Queue(maxsize=depth), threading.Event(), None
+        self.items, self.slots, self.stopped, self.end = queue.SimpleQueue(), queue.SimpleQueue(), False, None
+        for _ in range(depth):
+            self.slots.put(None)
         self.thread = threading.Thread(target=self._produce, args=(source, device), name=name, daemon=True)
         self.thread.start()
         atexit.register(self.close)
@@ -830,31 +834,31 @@ class BackgroundIterator:
             if device.type == "cuda":
                 torch.cuda.set_device(device)  # else pinned allocations would create a context on cuda:0
             for item in source:  # tuples of tensors: never an exception
-                self.queue.put(item)
-                if self.stop.is_set():
+                self.slots.get()
+                if self.stopped:
                     return
+                self.items.put(item)
         except BaseException as error:  # handed to the consumer, which owns the process
             end = error
-        self.queue.put(end)
+        self.items.put(end)
 
     def __next__(self):
-        entry = self.end or self.queue.get()
+        entry = self.end or self.items.get()
         if isinstance(entry, BaseException):
             self.end = entry
             raise entry
+        self.slots.put(None)
         return entry
 
     def close(self) -> None:
         atexit.unregister(self.close)
-        self.stop.set()
-        deadline = time.perf_counter() + self.STOP_SECONDS
-        while self.thread.is_alive() or not self.queue.empty():  # frees the (pinned) items; unblocks a put()
-            if time.perf_counter() > deadline:
-                print("WARNING %s: still running %.0fs after close() (stuck in a read?); left behind"
-                      % (self.thread.name, self.STOP_SECONDS), file=sys.stderr, flush=True)
-                return
-            with contextlib.suppress(queue.Empty):
-                self.queue.get(timeout=0.05)
+        self.stopped = True
+        self.slots.put(None)  # a producer waiting for room sees the stop
+        self.thread.join(self.STOP_SECONDS)
+        if self.thread.is_alive():
+            print("WARNING %s: still running %.0fs after close() (stuck in a read?); left behind"
+                  % (self.thread.name, self.STOP_SECONDS), file=sys.stderr, flush=True)
+        self.items = queue.SimpleQueue()  # frees the (pinned) items
 
 class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     """(host, device) tensor tuples of `source`, one batch ahead (building batch i+1 fails when batch i is asked for).

@@ -95,7 +95,8 @@ def test_readme_test_command_is_cis_and_lists_skips():
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
     assert ci[-1] == 'exec ./test.sh "$@"', ci  # the same command, nothing added
     test_sh = (REPO / "test.sh").read_text()
-    assert "pytest -rs tests" in test_sh and "triton==3.7.1" in test_sh
+    assert 'pytest -rs "${xdist[@]}" tests "$@"' in test_sh and "triton==3.7.1" in test_sh
+    assert "pytest-xdist==3.8.0" in test_sh
 
 
 def test_no_doc_repeats_the_641_positions_of_the_eager_rope_table():

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from test_eval import ListLogger, random_model, reference_sliding, tiny_h, validation_data
-from tgpt_util import TINY_MODEL_ENV, tgpt, tiny_data, write_shard  # noqa: F401 (fixtures)
+from tgpt_util import TINY_MODEL_ENV, tgpt, tiny_data, tiny_data_short_val, write_shard  # noqa: F401 (fixtures)
 
 CPU = torch.device("cpu")
 SPEC_BF16 = {"tok_emb.weight", "bigram.embed.weight", "ve_shared.embed.weight"}  # SPEC §4 "Dtypes": all else fp32
@@ -278,11 +278,11 @@ def test_stride_and_chunk_must_fit_the_ttt_window_of_train_length(tgpt):
 
 # ---- the record's command, end to end ----
 
-def test_record_env_line_gives_the_record_model(tgpt, tiny_data, monkeypatch, tmp_path):
+def test_record_env_line_gives_the_record_model(tgpt, tiny_data_short_val, monkeypatch, tmp_path):
     """SPEC §1's env line, scaled, through the trainer's own run(): the same-seed initial weights are SPEC §4's,
     the EMA (not SWA, not the raw weights) is what gets saved, no SWA snapshot is taken, late QAT switches on
     and stays on through TTT training, and the dtype recipe gives SPEC §4's table for this model."""
-    environ = dict(tiny_data["env"], **RECORD_ENV_LINE)
+    environ = dict(tiny_data_short_val["env"], **RECORD_ENV_LINE)
     environ.update(RECORD_LINE_SCALED)
     h = tgpt.Hyperparameters.from_env(environ)
     seen = {"built": [], "ttt_qat": [], "averages": []}

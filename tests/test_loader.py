@@ -333,6 +333,50 @@ def test_context_manager_stops_producer_on_consumer_error(loader_mod, tmp_path):
     assert threading.active_count() == baseline
 
 
+@pytest.mark.parametrize("during", ["next_batch", "close"])
+def test_a_stop_signal_at_any_point_of_the_feed_still_lets_close_end_the_producer(loader_mod, during):
+    """CHECKPOINT_ON_SIGNAL=0: SIGTERM raises RunStopped wherever the main thread is. Delivered at each profiler event
+    (call/return, of Python and C functions) of one next_batch() or close() in turn, the exception reaches the caller
+    and the (next) close() still ends the producer at once: once, a queue.Queue's lock left held by an exception
+    raised just after its acquire made that close() wait for ever (a CI run stopped by SIGTERM hung)."""
+    def batches():
+        for index in itertools.count():
+            yield torch.full((2, SEQ_LEN), index), torch.full((2, SEQ_LEN), -index)
+
+    previous = signal.signal(signal.SIGTERM, loader_mod.StopSignal())
+    baseline, points = threading.active_count(), 0
+    try:
+        for point in itertools.count(1):
+            feed = loader_mod.DeviceBatchFeed(loader_mod.BackgroundIterator(batches(), 2, torch.device("cpu"), "p"),
+                                              torch.device("cpu"), False)
+            feed.next_batch()
+            events, fired, stopped = itertools.count(1), [], False
+
+            def deliver_at_point(frame, event, arg):
+                if not fired and next(events) == point:
+                    fired.append(event)
+                    signal.raise_signal(signal.SIGTERM)  # the handler runs here, in the main thread, and raises
+
+            sys.setprofile(deliver_at_point)  # a profiler that raises is removed
+            try:
+                feed.next_batch() if during == "next_batch" else feed.close()
+                fired.append("no more events")
+            except loader_mod.RunStopped:
+                stopped = True
+            sys.setprofile(None)
+            assert stopped == (fired[0] != "no more events"), (during, point)
+            closer = threading.Thread(target=feed.close)  # a close() that waits for ever fails the test, not hangs
+            closer.start()
+            closer.join(timeout=5.0)
+            assert not closer.is_alive() and not feed.source.thread.is_alive(), (during, point)
+            if not stopped:
+                break
+            points += 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert points >= 10 and threading.active_count() == baseline
+
+
 SUBPROCESS_SCRIPT = """
 import importlib.util, sys
 from types import SimpleNamespace

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tgpt_util import REPO, run_env, run_under_triton_interpreter, tiny_data  # noqa: F401
+from tgpt_util import REPO, run_env, run_under_triton_interpreter, tiny_data, tiny_data_short_val  # noqa: F401
 
 sys.path.insert(0, str(REPO))
 from records.pack import (PackError, is_packed, main as pack_main, pack_source, read_source,  # noqa: E402
@@ -164,7 +164,8 @@ def test_packed_trainer_kernels_build_and_run_under_the_triton_interpreter():
     assert model["grad_names"] and model["num_grads"] >= 30 and model["max_grad_rel"] < 1e-4, model
 
 
-def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_that_checks(tiny_data, tmp_path):
+def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_that_checks(tiny_data_short_val,
+                                                                                            tmp_path):
     """The round trip of issue 19: pack -> a tiny CPU run of the packed file -> its log carries the readable source
     (sha256 and text) and counts exactly the packed file's bytes, before training and at the end -> records.make
     builds a folder that check passes; a one-byte edit of the payload then fails check."""
@@ -174,8 +175,8 @@ def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_
     packed = write_packed(packed_path, source)
     settings = {"ITERATIONS": "4", "VAL_LOSS_EVERY": "2", "EVAL_STRIDE": "32", "TTT_CHUNK_TOKENS": "8192",
                 "TTT_EPOCHS": "1", "SEED": "7", "RUN_ID": "packed_run"}
-    ran = subprocess.run([sys.executable, str(packed_path)], cwd=tmp_path, env=run_env(dict(tiny_data["env"],
-                                                                                         **settings)),
+    ran = subprocess.run([sys.executable, str(packed_path)], cwd=tmp_path,
+                         env=run_env(dict(tiny_data_short_val["env"], **settings)),
                          capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
     log = tmp_path / "logs" / "packed_run.txt"

@@ -615,6 +615,7 @@ def test_tiny_04_09_pipeline_on_the_cpu(tgpt, tiny_data_8192, tmp_path):
     the looped reloaded model."""
     env = dict(TINY_0409_ENV, **tiny_data_8192["env"])
     env.update(MODEL_DIM="128", MLP_MULT="5", ITERATIONS="20", WARMUP_STEPS="2", TRAIN_LOG_EVERY="5",
+               TRAIN_BATCH_TOKENS="2048",  # half TINY_0409_ENV's: the 8192-vocab steps take most of the time
                VAL_LOSS_EVERY="10", RUN_ID="r0409", GPTQ_CALIBRATION_BATCHES="4", TTT_CHUNK_TOKENS="2048",
                EVAL_STRIDE="32", EVAL_BATCH_SEQS="16")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tgpt_util import REPO, TINY_0409_ENV, TINY_0427_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
+from tgpt_util import (REPO, TINY_0409_ENV, TINY_0427_ENV, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
+                       tiny_data_short_val)
 
 CPU = torch.device("cpu")
 
@@ -369,16 +370,16 @@ def test_hessians_are_x_transpose_x_of_the_spec_inputs(tgpt):
 
 # ---- the whole pipeline ----
 
-def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data, tmp_path):
+def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data_short_val, tmp_path):
     """RECIPE=2026-04-27 end to end through the trainer on the tiny 1024-vocab data (CaseOps data comes with another
     issue): the document loader and its attention, the recipe's model (two lanes, both gates), the looped
     compile warm-up, looping from 35% (step 5 of 12), GPTQ from 37 Hessians, an artifact that holds the new
     parameters, the strict round trip, the sliding window and the phased LoRA TTT (one global SGD phase, the
-    record's keys) on the looped reloaded model."""
-    env = dict(TINY_0427_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"],
-               TOKENIZER_PATH=tiny_data["env"]["TOKENIZER_PATH"], MODEL_DIM="128", MLP_MULT="5", ITERATIONS="12",
-               TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2", TTT_CHUNK_TOKENS="1024",
-               EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="4", TTT_LORA_CHUNK="64",
+    record's keys) on the looped reloaded model; validation on 8 documents (two TTT batches)."""
+    data = tiny_data_short_val["env"]
+    env = dict(TINY_0427_ENV, DATA_PATH=data["DATA_PATH"], TOKENIZER_PATH=data["TOKENIZER_PATH"], MODEL_DIM="128",
+               MLP_MULT="5", ITERATIONS="12", TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2",
+               TTT_CHUNK_TOKENS="1024", EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="4", TTT_LORA_CHUNK="64",
                TTT_PHASE_DOCS="2")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
                          capture_output=True, text=True, timeout=600)

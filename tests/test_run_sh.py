@@ -79,10 +79,11 @@ def last_line(text: str) -> str:
 def start_and_wait_for(root: Path, env: dict, output: Path, needle: str, timeout: float = 240):
     """Starts run.sh in the background, its output to a file, and returns it once `needle` is printed."""
     with open(output, "w") as handle:
-        # SIGINT as at a terminal: a job started in the background (e.g. a CI runner's `cmd &`) inherits SIGINT
-        # ignored, and bash cannot trap a signal that was ignored when it started
+        # SIGINT and SIGHUP as at a terminal: a job started in the background (e.g. a CI runner's `cmd &`) inherits
+        # SIGINT ignored, one under nohup SIGHUP, and bash cannot trap a signal that was ignored when it started
         proc = subprocess.Popen([str(root / "run.sh")], env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT,
+                                                                                               signal.SIGHUP)])
     deadline = time.monotonic() + timeout
     while needle not in output.read_text():
         assert proc.poll() is None, "run.sh ended before %r:\n%s" % (needle, output.read_text()[-3000:])
@@ -332,7 +333,8 @@ def test_run_sh_test_sh_and_tools_py_use_the_same_interpreter(tmp_path, run_id):
     assert " %s -m torch.distributed.run " % venv_python in command, command
     tested = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True,
                             timeout=120)
-    assert tested.stdout.startswith("+ %s -m pytest -rs tests --version" % venv_python), tested.stdout + tested.stderr
+    assert tested.stdout.startswith("+ %s -m pytest -rs -n 2 --dist loadfile tests --version" % venv_python), \
+        tested.stdout + tested.stderr
     py = subprocess.run([str(root / "tools" / "py"), "-c", "import os; print(os.environ['PYTHON'])"], env=env,
                         capture_output=True, text=True, timeout=60)
     assert (py.returncode, py.stdout.strip()) == (0, str(venv_python)), py.stderr
@@ -366,7 +368,11 @@ def test_test_sh_installs_triton_into_the_venv_and_lists_skips(tmp_path, run_id)
     out = subprocess.run([str(root / "test.sh"), "--version"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert pip_log.read_text().splitlines() == ["-m pip install -q triton==3.7.1"]
-    assert out.stdout.startswith("+ %s -m pytest -rs tests --version" % (root / ".venv" / "bin" / "python"))
+    assert out.stdout.startswith("+ %s -m pytest -rs -n 2 --dist loadfile tests --version"
+                                 % (root / ".venv" / "bin" / "python"))
+    serial = subprocess.run([str(root / "test.sh"), "--version"], env=dict(env, TEST_WORKERS="0"), capture_output=True,
+                            text=True, timeout=120)
+    assert serial.stdout.startswith("+ %s -m pytest -rs tests --version" % (root / ".venv" / "bin" / "python"))
 
 
 def test_an_explicit_python_that_lacks_requirements_is_an_error(tmp_path, run_id):

@@ -12,6 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "tiny.jsonl.xz"
+SHORT_VAL_DOCS = 8  # tiny_data_short_val's (tiny_data has 40)
 
 # A model small enough for 2 CPU cores; every feature of the record is on (XSA, VE, bigram, smear, skips).
 TINY_MODEL_ENV = {
@@ -144,6 +145,20 @@ def tiny_data(tmp_path_factory):
     write_shard(dataset / "fineweb_train_000001.bin", train[len(train) // 2:])
     env = dict(TINY_MODEL_ENV, DATA_PATH=str(dataset), TOKENIZER_PATH=str(root / "sp.model"))
     return {"root": root, "env": env, "sp": sp, "docs": docs}
+
+
+@pytest.fixture(scope="session")
+def tiny_data_short_val(tiny_data):
+    """tiny_data (the same tokenizer and train shards) with only its first SHORT_VAL_DOCS val documents: for end-to-end
+    runs whose assertions do not depend on the val set, each eval and TTT pass is 5x shorter."""
+    import shutil
+    dataset = tiny_data["root"] / "ds_short_val"
+    dataset.mkdir()
+    for name in ("fineweb_train_000000.bin", "fineweb_train_000001.bin"):
+        shutil.copy(Path(tiny_data["env"]["DATA_PATH"]) / name, dataset / name)
+    write_shard(dataset / "fineweb_val_000000.bin",
+                [t for ids in tiny_data["sp"].encode(tiny_data["docs"][:SHORT_VAL_DOCS]) for t in [1] + ids])
+    return dict(tiny_data, env=dict(tiny_data["env"], DATA_PATH=str(dataset)))
 
 
 def run_env(extra: dict) -> dict:
