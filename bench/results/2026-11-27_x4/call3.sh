@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The third device call of 2026-11-27 (the second, rerun at once on the warm machine: its Inductor cache filled) of 2026-11-27 (4 GPUs of one host), from the repo root; everything lands in $OUT/all.tgz.
+# The third device call of 2026-11-27 (the second, rerun at once on the warm machine: its Inductor cache filled),
+# 4 GPUs of one host, from the repo root; everything lands in $OUT/all.tgz.
 #   A (side by side, 290 s): gpu0-2 issue 30's compare rows at the record's per-GPU micro-batch (TRAIN_BATCH_TOKENS
 #     786,432 on one GPU = 8 micro-steps of 98,304 tokens, as each of the record's 8 GPUs does), one config per GPU;
 #     gpu3 a RECIPE=2026-04-27 run (200 steps x 131,072 tokens, TTT off, COMPRESSOR=pergroup) to the end of its
