@@ -1949,9 +1949,9 @@ def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[s
     return select_kernel("ATTN_BACKEND", h.attn_backend, candidates, {"fa3": fa3}, runs, 120)
 
 def select_doc_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
-    """Packed rows (TRAIN_LOADER=documents, phased TTT's SGD): the first of FA3's varlen kernel, PyTorch's, FlexAttention and SDPA with a mask (rows
-    of <= 8192 tokens) whose forward+backward on a packed row (pieces cut at 64 tokens, empty trailing segments)
-    matches per_document_attention(), or DOC_ATTN_BACKEND."""
+    """Packed rows (TRAIN_LOADER=documents, the phased TTT's SGD): the first of FA3's varlen kernel, PyTorch's,
+    FlexAttention and SDPA with a mask (rows of <= 8192 tokens) whose forward+backward on a packed row (pieces cut at
+    64 tokens, empty trailing segments) matches per_document_attention(), or DOC_ATTN_BACKEND."""
     if not h.packed_rows:
         return "none", "TRAIN_LOADER=%s, no phased TTT: no packed rows" % h.train_loader
     ids = torch.randint(2, 9, (320,), generator=torch.Generator().manual_seed(0))

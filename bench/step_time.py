@@ -72,9 +72,9 @@ def run_training(script: Path, env: dict, nproc: int, log_path: Path, timeout: f
     result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "loss": {}, "val_bpb": None,
               "train_ms": {}, "loop_step": None}
     started = time.perf_counter()  # <log>.stamped: each line after the seconds since the launch (where a run stalls)
-    with open(log_path, "w") as log, open(log_path.with_suffix(".stamped"), "w") as stamped, subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                                       stderr=subprocess.STDOUT, text=True,
-                                                       start_new_session=True) as process:
+    with open(log_path, "w") as log, open(log_path.with_suffix(".stamped"), "w") as stamped, subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True) as process:
         stop = threading.Timer(max(timeout, 0.0), stop_group, (process.pid,))  # also while it prints nothing
         stop.start()
         for line in process.stdout:
