@@ -3,7 +3,8 @@
 # under `timeout SECONDS`, its output in $OUT/gpu<i>.txt (./logs/on_gpus/ without $OUT); when all are done, each
 # output's last lines are printed. Leftover train_gpt.py processes on the GPUs are killed once, first
 # (LEFTOVERS_KILLED=1 tells bench/recipe_0427_gpu.py not to: it would kill its neighbours); brotli, constriction and
-# py-spy come from .whl/ where the image lacks them (bench/gpu_preflight.sh).
+# py-spy come from the carried .whl/ wheels where the image lacks them (as in bench/gpu_preflight.sh, which also
+# checks DATA_PATH: the commands here may need none).
 #
 #   bash bench/on_gpus.sh 540 "python3 bench/recipe_0427_gpu.py" "python3 bench/ttt_phased_gpu.py"
 #

@@ -1,7 +1,8 @@
 """Where the start of a RECIPE=2026-04-27 run and of its phased LoRA TTT goes, on one GPU, without data or an artifact:
-seconds of the start-up kernel choice (select_kernels: every probe), of build_model, and of the phased TTT's compile
-warm-up per row length (warm_up_lora_ttt compiles one forward + backward + AdamW step for each power-of-two length
-from 64 to EVAL_SEQ_LEN), then of one more step at each length (the compiled cost of a step of 64 documents).
+seconds of the start-up kernel choice (select_kernels: every probe), of build_model, and of the phased TTT's
+warm-up, as warm_up_lora_ttt runs it: one forward + backward + AdamW step at each power-of-two row length from 64 to
+EVAL_SEQ_LEN (the first two should compile a graph each, the rest none: a compile at a later length shows as a slow
+first step), then one more step at each length (the compiled cost of a step of 64 documents).
 
     python3 bench/ttt_startup_gpu.py [--budget 280]
 
