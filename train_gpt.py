@@ -2622,7 +2622,7 @@ def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
     hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
     the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in, so the second
-    row length compiles one graph for every length (automatic dynamic shapes; the record: dynamic=True, §10.4)."""
+    row length is marked dynamic: one graph compiles for every length (the record: dynamic=True, §10.4)."""
     def nll(x: Tensor, y: Tensor, picks: Tensor, rope: Tuple[Tensor, ...]) -> Tensor:
         hidden = model.forward_hidden(x, lora=lora, rope=rope)
         hidden = hidden.gather(1, picks[..., None].expand(-1, -1, hidden.size(-1)))
@@ -2630,7 +2630,12 @@ def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
     compiled = torch.compile(nll, fullgraph=True) if compile_enabled(h, dist_info) else nll
     cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
-    return lambda x, y, picks: compiled(x, y, picks, (cos[:x.size(1)], sin[:x.size(1)], swap))
+    def call(x: Tensor, y: Tensor, picks: Tensor) -> Tensor:
+        rope = (cos[:x.size(1)], sin[:x.size(1)], swap)
+        for tensor, dim in ((x, 1), (rope[0], 0), (rope[1], 0)):
+            torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        return compiled(x, y, picks, rope)
+    return call
 
 def accumulate_scores(sums: Tensor, nll: Tensor, scored: Tensor, targets: Tensor, target_bytes: Tensor) -> None:
     """Adds the scored entries of nll (and their targets' bytes) to the fp64 [nll, targets, bytes] sums."""
@@ -2668,11 +2673,20 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
             optimizer.step()
 
 def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer) -> None:
-    """Runs every row length's forward, backward and AdamW step on random tokens (no val data): the first two
-    compile (a graph of the shortest length, then one of any length), the rest check that nothing else does; then
-    restores the adapters' first draw."""
+    """On random tokens (no val data): the global SGD's forward + backward on a packed row of this rank's share of a
+    chunk (gradients dropped; its kernels' first-use compiles and autotuning happen here, not in the first phase,
+    where every rank would wait on them); every row length's forward, backward and AdamW step (the first compiles
+    the dynamic graph, the rest check that nothing else does); then restores the adapters' first draw."""
     ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
     generator = torch.Generator(device).manual_seed(h.seed)
+    seqs = min(h.ttt_batch_seqs, ceil_div(h.ttt_chunk_tokens // h.train_seq_len, dist_info.world_size))
+    row = torch.randint(0, h.vocab_size, (1, seqs * h.train_seq_len + 1), device=device, generator=generator)
+    cu_seqlens = document_cu_seqlens(row[0, :-1].cpu().numpy(), BOS_ID, h.train_seq_len, CU_SEQLENS_BUCKET)
+    prepare_ttt_parameters(model.requires_grad_(True).train(), h.ttt_freeze_blocks)  # as global_sgd_phase's
+    with autocast_context(dist_info):
+        loss = model(row[:, :-1], row[:, 1:], torch.from_numpy(cu_seqlens).to(device))
+    loss.backward()
+    model.eval().requires_grad_(False).zero_grad(set_to_none=True)
     for seq_len in sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)}):
         x, y = (torch.randint(0, h.vocab_size, (rows, n), device=device, generator=generator)
                 for n in (seq_len, h.ttt_lora_chunk))

@@ -1,14 +1,19 @@
-"""Where the start of a RECIPE=2026-04-27 run and of its phased LoRA TTT goes, on one GPU, without data or an artifact:
-seconds of the start-up kernel choice (select_kernels: every probe), of build_model, and of the phased TTT's
-warm-up, as warm_up_lora_ttt runs it: one forward + backward + AdamW step at each power-of-two row length from 64 to
-EVAL_SEQ_LEN (the first two should compile a graph each, the rest none: a compile at a later length shows as a slow
-first step), then one more step at each length (the compiled cost of a step of 64 documents).
+"""Where the start of a RECIPE=2026-04-27 run and of its phased LoRA TTT goes, on one GPU, without data or an artifact,
+and what a TTT step costs once compiled (the cost model of bench/ttt_phased_gpu.py's 8xH100 estimate):
+  - seconds of the start-up kernel choice (select_kernels: every probe) and of build_model;
+  - warm_up_lora_ttt as the eval runs it (the global SGD's forward + backward on a packed row, then one LoRA step at
+    each power-of-two row length from 64 to EVAL_SEQ_LEN: the first compiles the one dynamic graph);
+  - after it, milliseconds per LoRA step (forward + backward + AdamW on TTT_DOC_BATCH rows) at each row length, and
+    per global-SGD forward + backward at world sizes 1, 2, 4, 8 (the row of one rank's share of a TTT_CHUNK_TOKENS
+    chunk), each the mean of --repeats steps after one more untimed one (a length whose untimed step compiled shows
+    it as "recompiled").
 
-    python3 bench/ttt_startup_gpu.py [--budget 280]
+    python3 bench/ttt_startup_gpu.py [--budget 280] [--repeats 5] [--json OUT]
 
 Settings come from the environment (RECIPE defaults to 2026-04-27); the model is the seeded initial one (timings do
 not depend on the weights). Stops at --budget seconds, printing what it measured."""
 import argparse
+import json
 import os
 import sys
 import time
@@ -23,23 +28,34 @@ from trainer_module import load_trainer  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=float, default=280.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", help="also write the measurements here")
     args = parser.parse_args()
     started = time.perf_counter()
     tg = load_trainer()
     h = tg.Hyperparameters.from_env(dict(os.environ, RECIPE=os.environ.get("RECIPE", "2026-04-27")))
     dist_info = tg.init_distributed({})
-    rows = []
+    result = {"device": torch.cuda.get_device_name(0) if dist_info.is_cuda else "CPU", "torch": torch.__version__,
+              "recipe": h.recipe, "doc_batch": h.ttt_doc_batch, "seconds": {}, "lora_step_ms": {}, "sgd_ms": {}}
 
-    def timed(label, work):
+    def timed(work, repeats=1):
         tg.sync_device(dist_info)
         begin = time.perf_counter()
-        result = work()
+        for _ in range(repeats):
+            work()
         tg.sync_device(dist_info)
-        rows.append((label, time.perf_counter() - begin))
-        print("%-40s %8.1f s" % rows[-1], flush=True)
-        return result
-    kernels = timed("select_kernels (all probes)", lambda: tg.select_kernels(h, dist_info))
-    model = timed("build_model", lambda: tg.build_model(h, dist_info.device))
+        return (time.perf_counter() - begin) / repeats
+
+    def report():
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+        print("\nRECIPE=%s on %s; total %.1f s" % (h.recipe, result["device"], time.perf_counter() - started))
+
+    kernels = {}
+    result["seconds"]["select_kernels"] = timed(lambda: kernels.update(tg.select_kernels(h, dist_info)))
+    holder = {}
+    result["seconds"]["build_model"] = timed(lambda: holder.update(model=tg.build_model(h, dist_info.device)))
+    model = holder["model"]
     tg.use_kernels(model, *(kernels[part][0] for part in ("attention", "qk", "mlp", "ce", "doc_attention")))
     model.looping = h.num_loops > 0
     model.requires_grad_(False).eval()
@@ -47,12 +63,17 @@ def main() -> None:
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
                                   weight_decay=h.ttt_lora_wd)
     nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
-    ctx, chunk = h.effective_eval_seq_len, h.ttt_lora_chunk
-    generator = torch.Generator(dist_info.device).manual_seed(0)
+    result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
+                                                                             optimizer))
+    for label, seconds in result["seconds"].items():
+        print("%-32s %8.1f s" % (label, seconds), flush=True)
+    ctx, chunk, device = h.effective_eval_seq_len, h.ttt_lora_chunk, dist_info.device
+    generator = torch.Generator(device).manual_seed(0)
+    print("\nLoRA step (%d rows): row length, ms" % h.ttt_doc_batch)
     for seq_len in sorted({tg.lora_context(end, ctx) for end in range(chunk, ctx + chunk)}):
-        x = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, seq_len), device=dist_info.device, generator=generator)
-        y = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, chunk), device=dist_info.device, generator=generator)
-        picks = (seq_len - chunk + torch.arange(chunk, device=dist_info.device)).repeat(h.ttt_doc_batch, 1)
+        x = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, seq_len), device=device, generator=generator)
+        y = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, chunk), device=device, generator=generator)
+        picks = (seq_len - chunk + torch.arange(chunk, device=device)).repeat(h.ttt_doc_batch, 1)
 
         def step():
             with tg.autocast_context(dist_info):
@@ -60,13 +81,35 @@ def main() -> None:
             nll.mean().backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        for label in ("compile + first step", "second step"):
-            if time.perf_counter() - started > args.budget:
-                print("budget reached", flush=True)
-                return
-            timed("length %d: %s" % (seq_len, label), step)
-    print("\nRECIPE=%s on %s; total %.1f s" % (h.recipe, torch.cuda.get_device_name(0) if dist_info.is_cuda else "CPU",
-                                                time.perf_counter() - started))
+        if time.perf_counter() - started > args.budget:
+            return report()
+        first = timed(step)
+        result["lora_step_ms"][seq_len] = 1000 * timed(step, args.repeats)
+        print("%6d %9.1f%s" % (seq_len, result["lora_step_ms"][seq_len], "  (recompiled: %.1f s)" % first
+                                if first > 10 * result["lora_step_ms"][seq_len] / 1000 + 1 else ""), flush=True)
+    print("\nglobal SGD forward + backward (one rank's share of a %d-token chunk): world size, row tokens, ms, "
+          "tokens/s per GPU" % h.ttt_chunk_tokens)
+    for world in (1, 2, 4, 8):
+        seqs = min(h.ttt_batch_seqs, tg.ceil_div(h.ttt_chunk_tokens // h.train_seq_len, world))
+        row = torch.randint(0, h.vocab_size, (1, seqs * h.train_seq_len + 1), device=device, generator=generator)
+        cu_seqlens = torch.from_numpy(tg.document_cu_seqlens(row[0, :-1].cpu().numpy(), tg.BOS_ID, h.train_seq_len,
+                                                             tg.CU_SEQLENS_BUCKET)).to(device)
+        tg.prepare_ttt_parameters(model.requires_grad_(True).train(), h.ttt_freeze_blocks)
+
+        def sgd():
+            with tg.autocast_context(dist_info):
+                loss = model(row[:, :-1], row[:, 1:], cu_seqlens)
+            loss.backward()
+        if time.perf_counter() - started > args.budget:
+            break
+        first = timed(sgd)
+        ms = 1000 * timed(sgd, args.repeats)
+        result["sgd_ms"][world] = ms
+        print("%6d %8d %9.1f %11.0f%s" % (world, row.numel() - 1, ms, (row.numel() - 1) / ms * 1000,
+                                          "  (first: %.1f s)" % first if first > 10 * ms / 1000 + 1 else ""),
+              flush=True)
+        model.eval().requires_grad_(False).zero_grad(set_to_none=True)
+    report()
 
 
 if __name__ == "__main__":

@@ -189,3 +189,37 @@ def test_the_settings_are_checked_at_start_up(tgpt):
     with pytest.raises(tgpt.ConfigError) as info:  # the chunk's context is checked where the phased TTT runs
         tgpt.Hyperparameters.from_env({"TTT_MODE": "lora_phased", "ROPE_NTK": "0", "TTT_LORA_CHUNK": "4096"})
     assert info.value.errors == ["TTT_LORA_CHUNK=4096 must be <= EVAL_SEQ_LEN=2048 (a chunk's context)"]
+
+
+def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, monkeypatch):
+    """warm_up_lora_ttt on random tokens: one train-mode forward + backward of the base model on a packed row of this
+    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at each row length;
+    afterwards the base weights are bit-identical, frozen, without gradients and in eval mode, the AdamW state is
+    empty and the adapters are the first draw again (B = 0, A as a fresh BatchedLoRA's)."""
+    h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_CHUNK_TOKENS="256", TTT_BATCH_SEQS="1"))
+    dist_info = tgpt.DistInfo(0, 1, torch.device("cpu"))
+    model = random_model(tgpt, h).requires_grad_(False).eval()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    slots = sum(map(len, model.layer_orders[True]))
+    lora, fresh = (tgpt.BatchedLoRA(h, slots, h.ttt_doc_batch, torch.device("cpu")) for _ in range(2))
+    optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
+                                  weight_decay=h.ttt_lora_wd)
+    forwards, lengths = [], []
+    model_forward = type(model).forward
+
+    def recorded_forward(self, x, y, *packed):
+        forwards.append((x.shape, self.training, [p.requires_grad for p in self.parameters()], packed))
+        return model_forward(self, x, y, *packed)
+    monkeypatch.setattr(type(model), "forward", recorded_forward)
+    nll = tgpt.make_lora_nll(h, dist_info, model, lora)
+    tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: lengths.append(x.size(1)) or nll(x, y, picks),
+                          lora, optimizer)
+    assert len(forwards) == 1
+    shape, training, grads, (cu_seqlens,) = forwards[0]
+    assert shape == (1, h.train_seq_len) and training and all(grads)  # TTT_BATCH_SEQS=1 of 256 // 64 sequences
+    assert cu_seqlens.numel() % tgpt.CU_SEQLENS_BUCKET == 0 and int(cu_seqlens[-1]) == h.train_seq_len
+    assert lengths == [64, 128]  # the row lengths of EVAL_SEQ_LEN=128 (powers of two from 64)
+    assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+    assert not model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
+    assert not optimizer.state
+    assert all(torch.equal(lora.a[k], fresh.a[k]) and not lora.b[k].any() for k in lora.a)
