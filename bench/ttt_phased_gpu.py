@@ -84,15 +84,25 @@ def evaluate(args) -> None:
     logger = ConsoleLogger() if dist_info.is_main else type("Quiet", (), {"log": lambda self, *a, **k: None})()
     val = tg.load_validation_data(h, tg.load_tokenizer(h, logger), dist_info.device)
     tokens = tg.device_tokens(val, dist_info.device)
-    busy = []  # this rank's own scoring time (phased: its batches; a rank that is done waits in a collective)
-    batch = tg.lora_ttt_batch
-    def timed_batch(*a):
-        tg.sync_device(dist_info)
-        started = time.perf_counter()
-        batch(*a)
-        tg.sync_device(dist_info)
-        busy.append(time.perf_counter() - started)
-    tg.lora_ttt_batch = timed_batch
+    # this rank's own seconds in each part of the phased eval (a rank that is done waits in a collective), printed
+    # as each ends: the scoring of its batches, the warm-up, each phase's gather (the wait for every rank) and SGD
+    spent = {"lora_ttt_batch": [], "warm_up_lora_ttt": [], "gather_phase_documents": [], "global_sgd_phase": []}
+
+    def timed(name, work):
+        def run(*a):
+            tg.sync_device(dist_info)
+            begin = time.perf_counter()
+            result = work(*a)
+            tg.sync_device(dist_info)
+            spent[name].append(time.perf_counter() - begin)
+            if name != "lora_ttt_batch":
+                print(f"rank {dist_info.rank}: {name} {spent[name][-1]:.1f}s at {time.perf_counter() - started:.1f}s",
+                      flush=True)
+            return result
+        return run
+    for name in spent:
+        setattr(tg, name, timed(name, getattr(tg, name)))
+    busy = spent["lora_ttt_batch"]
     tg.sync_device(dist_info)
     tg.barrier(dist_info)
     started = time.perf_counter()
