@@ -2751,10 +2751,12 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     def run_phase(batches_before: int, boundary: int) -> None:
         paused = time.perf_counter()
         docs = gather_phase_documents(dist_info, scored, order, boundary)
+        gathered = time.perf_counter()  # wait: until every rank reached the phase (their batches before it)
         stream = global_sgd_phase(h, dist_info, model, tokens, spans, docs)
         lora.reset(fresh_a=True)
         logger.log(f"ttt_phased:phase after_batches:{batches_before} docs:{docs.numel()} sgd_tokens:{stream} "
-                   f"paused_at:{paused - loop_started:.1f}s sgd_time:{time.perf_counter() - paused:.1f}s")
+                   f"paused_at:{paused - loop_started:.1f}s wait:{gathered - paused:.1f}s "
+                   f"sgd_time:{time.perf_counter() - gathered:.1f}s")
     for q in range(dist_info.rank, len(queue), dist_info.world_size):
         while phases and phases[0][0] <= q:
             run_phase(*phases.pop(0))
@@ -3661,13 +3663,12 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
             evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes,
                                                  stride))
     if h.ttt_enabled and h.ttt_mode == "full":
-        results["legal_ttt"] = timed_eval(
-            dist_info, logger, "legal_ttt", exact=True,
-            evaluate=lambda: ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
+        results["legal_ttt"] = timed_eval(dist_info, logger, "legal_ttt", exact=True, evaluate=lambda: ttt_eval(
+            h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
     elif h.ttt_enabled:  # the record's key, then ours
-        results["legal_ttt"] = timed_eval(
-            dist_info, logger, "quantized_ttt_phased", exact=False,
-            evaluate=lambda: phased_ttt_eval(h, dist_info, logger, eval_model, tokens, val.target_bytes))
+        results["legal_ttt"] = timed_eval(dist_info, logger, "quantized_ttt_phased", exact=False,
+                                          evaluate=lambda: phased_ttt_eval(h, dist_info, logger, eval_model, tokens,
+                                                                           val.target_bytes))
         logger.log("legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % results["legal_ttt"])
     sync_device(dist_info)
     logger.log("eval_time:%.0fms (deserialization, every eval above, compile included)"

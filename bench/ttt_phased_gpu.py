@@ -1,7 +1,7 @@
 """Issue 31's GPU table: a short RECIPE=2026-04-27 model, then on its artifact the sliding-window eval, the full-model
 score-first TTT (TTT_MODE=full at 04-09's values: lr 0.005, 3 epochs) and the phased LoRA TTT (TTT_MODE=lora_phased,
 the recipe's values; TTT_PHASE_DOCS scaled to the small val set as 2,500 of 50,000 documents), each timed from the
-artifact's deserialization (compile included), with each rank's own time; then the 8xH100 extrapolation.
+artifact's deserialization (compile included), with each rank's own time (bench/ttt_eval_estimate.py extrapolates).
 
     python3 bench/ttt_phased_gpu.py                      # 1 GPU: train (if no artifact yet) + the three evals
     python3 bench/ttt_phased_gpu.py --nproc 2            # the same on 2 GPUs (trains its own artifact)
@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-RECORD_DOCS, RECORD_PHASES, RECORD_TARGETS = 50_000, (833, 1666, 2500), 47_851_520
-RECORD_SGD_TOKENS = (4.3e6, 7.2e6, 9.5e6)  # SPEC_0427 §10.5: the seed-42 run's three global SGD phases
+RECORD_DOCS, RECORD_PHASES = 50_000, (833, 1666, 2500)
 MODES = {"sliding": {"TTT_ENABLED": "0"}, "full": {"TTT_MODE": "full", "TTT_LR": "0.005", "TTT_EPOCHS": "3"},
          "phased": {"TTT_MODE": "lora_phased"}}
 
@@ -153,19 +152,14 @@ def table(out: Path) -> None:
             continue
         log = (out / "phased.log").read_text()
         compile_s = float(log.split("ttt_phased:done compile:")[1].split("s")[0])
-        sgd = [(int(p.split("sgd_tokens:")[1].split()[0]), float(p.split("sgd_time:")[1].split("s")[0]))
-               for p in log.splitlines() if p.startswith("ttt_phased:phase")]
-        scoring = max(row["rank_busy_s"])
-        sgd_rate = sum(t for t, _ in sgd) / max(sum(s for _, s in sgd), 1e-9)
-        per_gpu = scoring * row["nproc"] * RECORD_TARGETS / row["targets"] / 8
-        sgd_8 = sum(RECORD_SGD_TOKENS) / sgd_rate * row["nproc"] / 8 if sgd else float("nan")
+        phases = [line for line in log.splitlines() if line.startswith("ttt_phased:phase")]
+        field = lambda line, key: float(line.split(key + ":")[1].split()[0].rstrip("s"))  # noqa: E731
         print(f"\nphased, {row['nproc']} GPU(s): deserialize {row['deserialize_s']:.1f}s, compile warm-up "
-              f"{compile_s:.1f}s, scoring (slowest rank) {scoring:.1f}s for {row['targets']:,} targets, global SGD "
-              f"{sum(t for t, _ in sgd):,} tokens at {sgd_rate:,.0f} tokens/s over {row['nproc']} GPU(s)")
-        print(f"8xH100 estimate for {RECORD_TARGETS:,} targets: {row['deserialize_s'] + compile_s:.0f}s (deserialize "
-              f"+ compile, per rank, unchanged) + {per_gpu:.0f}s (scoring: GPU-seconds per target x targets / 8, "
-              f"load balanced) + {sgd_8:.0f}s (the record's {sum(RECORD_SGD_TOKENS) / 1e6:.0f}M SGD tokens at this "
-              f"rate x {row['nproc']}/8) = {row['deserialize_s'] + compile_s + per_gpu + sgd_8:.0f}s")
+              f"{compile_s:.1f}s, scoring (slowest rank) {max(row['rank_busy_s']):.1f}s for {row['targets']:,} "
+              f"targets; phases (rank 0): " + ", ".join(
+                  f"{field(p, 'sgd_tokens'):,.0f} SGD tokens in {field(p, 'sgd_time'):.1f}s after a "
+                  f"{field(p, 'wait'):.1f}s wait" for p in phases))
+    print("\nThe 8xH100 estimate: bench/ttt_eval_estimate.py (the schedule simulated with a measured cost model).")
 
 
 def main() -> None:
