@@ -999,8 +999,7 @@ class GPT(nn.Module):
     def __init__(self, h: Hyperparameters):
         super().__init__()
         n, dim = h.num_layers, h.model_dim
-        kv_dim = h.num_kv_heads * (dim // h.num_heads)
-        hidden = int(h.mlp_mult * dim)
+        kv_dim, hidden = h.num_kv_heads * (dim // h.num_heads), int(h.mlp_mult * dim)
         self.num_layers, self.logit_softcap = n, h.logit_softcap
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len if h.rope_ntk else math.inf, h.rope_bf16)
@@ -1727,8 +1726,7 @@ def _register(name: str, forward: Callable, backward: Callable, setup_context: C
 
 def _qkv_launches(qkv: Tensor, head_dim: int, num_heads: int, rope_dims: int, has_value_embed: bool,
                   plain_v: bool) -> list:
-    """Per part q, k, v of the contiguous qkv: (heads, grid, the kernel's (rows, heads, seq_len, the part's first
-    column, x's strides), meta)."""
+    """Per part q, k, v of qkv: (heads, grid, (rows, heads, seq_len, the part's first column, x's strides), meta)."""
     batch, seq_len, width = qkv.shape
     kv_heads = (width // head_dim - num_heads) // 2
     launches = []
@@ -2023,8 +2021,7 @@ def _probe_qk_kernel(head_dim: int, rope_dims: int, device: torch.device, num_he
            (2, 16, kv_heads, head_dim)], torch.float32, device, "fused XSA op", "forward dy dv", 1e-4)
 
 def _probe_mlp_kernel(model_dim: int, device: torch.device, hidden_dim: int) -> None:
-    """The fused MLP op vs leaky_relu_sq_mlp() in fp32 on the same bf16 inputs (200 rows: masked edge tiles); 3e-2
-    covers bf16 rounding only."""
+    """The fused MLP op vs leaky_relu_sq_mlp() in fp32 on the same bf16 inputs (200 rows: masked edge tiles), 3e-2."""
     _probe(lambda *inputs: fused_mlp_op()(*inputs), lambda *inputs: leaky_relu_sq_mlp(*(t.float() for t in inputs)),
            [(1, 200, model_dim), (hidden_dim, model_dim), (model_dim, hidden_dim)], torch.bfloat16, device,
            "fused MLP kernel", "forward dx dw_up dw_down", 3e-2)
@@ -2609,13 +2606,12 @@ class BatchedLoRA(nn.Module):
                 self.a[kind].uniform_(-bound, bound, generator=self.generator)
 
     def forward(self, slot: int, kind: str, x: Tensor) -> Tensor:
-        """x (rows, T, in) -> (rows, T, out)."""
-        a, b = self.a[kind][slot].to(x.dtype), self.b[kind][slot].to(x.dtype)
+        """x (n, T, in) -> (n, T, out): the adapters of the last n rows (a step's rows whose documents go on)."""
+        a, b = (p[kind][slot].narrow(0, p[kind].size(1) - x.size(0), x.size(0)).to(x.dtype) for p in (self.a, self.b))
         return torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2)) * self.scale
 
 def lora_context(chunk_end: int, ctx: int) -> int:
-    """A step's row length: its longest window rounded up to a power of 2 (>= 64, <= ctx), so a compiled TTT forward
-    sees a few static shapes."""
+    """A step's row length: its longest window rounded up to a power of 2 (>= 64, <= ctx): a few row lengths."""
     return min(ctx, max(64, 1 << (min(chunk_end, ctx) - 1).bit_length()))
 
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
@@ -2632,7 +2628,7 @@ def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
     def call(x: Tensor, y: Tensor, picks: Tensor) -> Tensor:
         rope = (cos[:x.size(1)], sin[:x.size(1)], swap)
-        for tensor, dim in ((x, 1), (rope[0], 0), (rope[1], 0)):
+        for tensor, dim in ((x, 0), (x, 1), (y, 0), (picks, 0), (rope[0], 0), (rope[1], 0)):
             torch._dynamo.maybe_mark_dynamic(tensor, dim)
         return compiled(x, y, picks, rope)
     return call
@@ -2645,16 +2641,21 @@ def accumulate_scores(sums: Tensor, nll: Tensor, scored: Tensor, targets: Tensor
 
 def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer, tokens: Tensor, target_bytes,
                    spans: Tensor, sums: Tensor) -> None:
-    """One batch of documents (spans (rows, 2), CPU; empty rows pad it): step c scores targets [cC, (c+1)C) of each
-    document, with up to EVAL_SEQ_LEN tokens of its own context, by a forward whose adapters trained on its earlier
-    chunks only; then one AdamW step on the mean nll of those targets of every document that has a later chunk."""
-    chunk, ctx, device = h.ttt_lora_chunk, h.effective_eval_seq_len, tokens.device
-    longest = int((spans[:, 1] - spans[:, 0]).max())
-    first, lengths = spans[:, 0].to(device), (spans[:, 1] - spans[:, 0]).to(device)
+    """One batch of documents (spans (rows, 2), CPU; empty rows pad it, first): step c scores targets [cC, (c+1)C) of
+    each document, with up to EVAL_SEQ_LEN tokens of its own context, by a forward whose adapters trained on its
+    earlier chunks only; then one AdamW step on the mean nll of those targets of every document with a later chunk.
+    A step computes the last rows from the first whose document goes on (a power of 2 >= 2 of them, or all): the
+    others would add only zeros to the scores and the gradients (AdamW's beta1 is 0)."""
+    chunk, ctx, device, rows = h.ttt_lora_chunk, h.effective_eval_seq_len, tokens.device, spans.size(0)
+    lengths_cpu = spans[:, 1] - spans[:, 0]
+    longest, all_first, all_lengths = int(lengths_cpu.max()), spans[:, 0].to(device), lengths_cpu.to(device)
     offsets = torch.arange(chunk, device=device)
     lora.reset(fresh_a=False)
     optimizer.state.clear()
     for step in range(ceil_div(longest, chunk)):
+        going_on = rows - int((lengths_cpu > step * chunk).int().argmax())  # rows from the first with new targets
+        lo = rows - min(rows, max(2, 1 << (going_on - 1).bit_length()))  # 1 row would compile its own graph
+        first, lengths = all_first[lo:], all_lengths[lo:]
         end = lengths.clamp(max=(step + 1) * chunk)  # per document: targets [step C, end) are new
         new, width = (end - step * chunk).clamp_min(0), end.clamp(max=ctx)
         window = first + end - width  # the row's first target: tokens [window, window + width) are its inputs
@@ -2674,9 +2675,10 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
 
 def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer) -> None:
     """On random tokens (no val data): the global SGD's forward + backward on a packed row of this rank's share of a
-    chunk (gradients dropped; its kernels' first-use compiles and autotuning happen here, not in the first phase,
-    where every rank would wait on them); every row length's forward, backward and AdamW step (the first compiles
-    the dynamic graph, the rest check that nothing else does); then restores the adapters' first draw."""
+    chunk (gradients dropped: its kernels' first-use compiles and autotuning happen here, not in phase 1, where every
+    rank would wait); a LoRA step (forward, backward, AdamW) at each row length with all rows, then with each smaller
+    power of 2 >= 2 of rows (the first compiles the dynamic graph, the rest check that nothing else does); then
+    restores the adapters' first draw."""
     ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
     generator = torch.Generator(device).manual_seed(h.seed)
     seqs = min(h.ttt_batch_seqs, ceil_div(h.ttt_chunk_tokens // h.train_seq_len, dist_info.world_size))
@@ -2687,10 +2689,11 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
         loss = model(row[:, :-1], row[:, 1:], torch.from_numpy(cu_seqlens).to(device))
     loss.backward()
     model.eval().requires_grad_(False).zero_grad(set_to_none=True)
-    for seq_len in sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)}):
-        x, y = (torch.randint(0, h.vocab_size, (rows, n), device=device, generator=generator)
-                for n in (seq_len, h.ttt_lora_chunk))
-        picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(rows, 1)
+    lengths = sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)})
+    for seq_len, n in [(n, rows) for n in lengths] + [(lengths[0], 1 << k) for k in range(1, (rows - 1).bit_length())]:
+        x, y = (torch.randint(0, h.vocab_size, (n, width), device=device, generator=generator)
+                for width in (seq_len, h.ttt_lora_chunk))
+        picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(n, 1)
         with autocast_context(dist_info):  # contiguous inputs like the steps' (a compiled graph guards strides)
             nll = nll_fn(x, y, picks)
         nll.mean().backward()
@@ -2711,8 +2714,8 @@ def gather_phase_documents(dist_info, scored: List[int], order: Tensor, boundary
 
 def global_sgd_phase(h, dist_info, model: GPT, tokens: Tensor, spans: Tensor, docs: Tensor) -> int:
     """SPEC_0427 §10.5: TTT_EPOCHS of SGD on the whole base model over the documents' tokens in this order (each with
-    its final BOS), in TTT_CHUNK_TOKENS chunks (the record skips the last), lr cosine from TTT_LR; then the base is
-    frozen again. -> tokens in the stream."""
+    its final BOS), in TTT_CHUNK_TOKENS chunks (the record skips the last), lr cosine from TTT_LR; the base frozen
+    after. -> tokens in the stream."""
     stream = torch.cat([tokens[first:end + 1] for first, end in spans[docs].tolist()])
     trainable, frozen_bank_rows, _ = prepare_ttt_parameters(model.requires_grad_(True), h.ttt_freeze_blocks)
     optimizer = torch.optim.SGD(trainable, lr=h.ttt_lr, momentum=h.ttt_momentum)
@@ -2730,8 +2733,7 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     """SPEC_0427 §10 with the coordination of collectives: queue batch q is rank q mod W's (static, so every rank
     knows where a phase begins: after the first queue batches holding TTT_PHASE_DOCS documents); at a phase every
     rank stops before its first later batch, joins the all-gather and the SGD, then scores on with fresh adapters."""
-    started = time.perf_counter()
-    spans = document_spans(tokens)
+    started, spans = time.perf_counter(), document_spans(tokens)
     queue, order = ttt_queue(spans, h.ttt_doc_batch)
     counts = np.cumsum([docs.numel() for docs in queue])
     boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
@@ -2760,7 +2762,7 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     for q in range(dist_info.rank, len(queue), dist_info.world_size):
         while phases and phases[0][0] <= q:
             run_phase(*phases.pop(0))
-        spans_q = F.pad(spans[queue[q]], (0, 0, 0, h.ttt_doc_batch - queue[q].numel()))
+        spans_q = F.pad(spans[queue[q]], (0, 0, h.ttt_doc_batch - queue[q].numel(), 0))  # ascending lengths
         lora_ttt_batch(h, dist_info, nll_fn, lora, optimizer, tokens, target_bytes, spans_q, sums)
         scored += queue[q].tolist()
         if dist_info.is_main and (q // dist_info.world_size) % 50 == 0:
@@ -2891,8 +2893,7 @@ def fp32_matmul():
 def gptq_quantize(weight: Tensor, hessian: Tensor, bits: int, clip_sigmas: float, block_size: int = 128) -> tuple:
     """Full-Hessian GPTQ with SDClip (SPEC_0409 §7.5) in fp32: weight (rows, cols), hessian (cols, cols) = sum X^T X
     -> (q int8, per-row fp16 scale); act order; error feedback column by column in a block, one GEMM after it."""
-    levels = 2 ** (bits - 1) - 1
-    w = weight.detach().float().clone()
+    levels, w = 2 ** (bits - 1) - 1, weight.detach().float().clone()
     scale = (clip_sigmas * w.std(dim=1) / levels).clamp_min(1e-10).to(torch.float16)
     # a row whose scale underflows fp16 to 0 dequantizes to 0 whatever q is: round it on a unit grid, not by 0/0
     sigma = torch.where(scale > 0, scale.float(), 1.0)
@@ -3101,8 +3102,7 @@ def encode_pergroup(payload: dict) -> List[bytes]:
     return streams
 
 def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[List[str], int]:
-    """encode_pergroup's groups into `tensors`, step by step (a step's contexts are the step before it) -> (the
-    coded names, words used)."""
+    """encode_pergroup's groups into `tensors`, step by step (contexts: the step before) -> (names, words used)."""
     position = 0
     for names, shape, low, mode, classes, counts, stream_words, order in payload["g"]:
         steps, first = pergroup_layout(np.zeros(shape, dtype=np.int32), mode, classes)

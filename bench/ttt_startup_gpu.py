@@ -1,12 +1,14 @@
 """Where the start of a RECIPE=2026-04-27 run and of its phased LoRA TTT goes, on one GPU, without data or an artifact,
-and what a TTT step costs once compiled (the cost model of bench/ttt_phased_gpu.py's 8xH100 estimate):
+and what a TTT step costs once compiled (the cost model of bench/ttt_eval_estimate.py's 8-GPU estimate):
   - seconds of the start-up kernel choice (select_kernels: every probe) and of build_model;
-  - warm_up_lora_ttt as the eval runs it (the global SGD's forward + backward on a packed row, then one LoRA step at
-    each power-of-two row length from 64 to EVAL_SEQ_LEN: the first compiles the one dynamic graph);
-  - after it, milliseconds per LoRA step (forward + backward + AdamW on TTT_DOC_BATCH rows) at each row length, and
-    per global-SGD forward + backward at world sizes 1, 2, 4, 8 (the row of one rank's share of a TTT_CHUNK_TOKENS
-    chunk), each the mean of --repeats steps after one more untimed one (a length whose untimed step compiled shows
-    it as "recompiled").
+  - warm_up_lora_ttt as the eval runs it (the global SGD's forward + backward on a packed row, then a LoRA step at
+    each power-of-two row length from 64 to EVAL_SEQ_LEN and with each smaller power of 2 of rows: the first
+    compiles the one dynamic graph);
+  - after it, milliseconds per LoRA step (forward + backward + AdamW) at each row length on TTT_DOC_BATCH rows
+    ("lora_step_ms") and on 32, 8 and 2 rows ("lora_step_ms_rows_<n>": a step computes only the rows whose
+    documents go on), and per global-SGD forward + backward at world sizes 1, 2, 4, 8 (one rank's share of a
+    TTT_CHUNK_TOKENS chunk), each the mean of --repeats steps after one more untimed one (one that compiled shows as
+    "recompiled").
 
     python3 bench/ttt_startup_gpu.py [--budget 280] [--repeats 5] [--json OUT]
 
@@ -69,11 +71,14 @@ def main() -> None:
         print("%-32s %8.1f s" % (label, seconds), flush=True)
     ctx, chunk, device = h.effective_eval_seq_len, h.ttt_lora_chunk, dist_info.device
     generator = torch.Generator(device).manual_seed(0)
-    print("\nLoRA step (%d rows): row length, ms" % h.ttt_doc_batch)
-    for seq_len in sorted({tg.lora_context(end, ctx) for end in range(chunk, ctx + chunk)}):
-        x = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, seq_len), device=device, generator=generator)
-        y = torch.randint(0, h.vocab_size, (h.ttt_doc_batch, chunk), device=device, generator=generator)
-        picks = (seq_len - chunk + torch.arange(chunk, device=device)).repeat(h.ttt_doc_batch, 1)
+    counts = sorted({h.ttt_doc_batch} | {1 << k for k in range(1, (h.ttt_doc_batch - 1).bit_length(), 2)},
+                    reverse=True)
+    print("\nLoRA step: rows, row length, ms (a step computes the rows whose documents go on, a power of 2 of them)")
+    for rows, seq_len in [(n, length) for n in counts
+                          for length in sorted({tg.lora_context(end, ctx) for end in range(chunk, ctx + chunk)})]:
+        x = torch.randint(0, h.vocab_size, (rows, seq_len), device=device, generator=generator)
+        y = torch.randint(0, h.vocab_size, (rows, chunk), device=device, generator=generator)
+        picks = (seq_len - chunk + torch.arange(chunk, device=device)).repeat(rows, 1)
 
         def step():
             with tg.autocast_context(dist_info):
@@ -84,9 +89,11 @@ def main() -> None:
         if time.perf_counter() - started > args.budget:
             return report()
         first = timed(step)
-        result["lora_step_ms"][seq_len] = 1000 * timed(step, args.repeats)
-        print("%6d %9.1f%s" % (seq_len, result["lora_step_ms"][seq_len], "  (recompiled: %.1f s)" % first
-                                if first > 10 * result["lora_step_ms"][seq_len] / 1000 + 1 else ""), flush=True)
+        ms = 1000 * timed(step, args.repeats)
+        key = "lora_step_ms" if rows == h.ttt_doc_batch else "lora_step_ms_rows_%d" % rows
+        result.setdefault(key, {})[seq_len] = ms
+        print("%4d %6d %9.1f%s" % (rows, seq_len, ms, "  (recompiled: %.1f s)" % first
+                                     if first > 10 * ms / 1000 + 1 else ""), flush=True)
     print("\nglobal SGD forward + backward (one rank's share of a %d-token chunk): world size, row tokens, ms, "
           "tokens/s per GPU" % h.ttt_chunk_tokens)
     for world in (1, 2, 4, 8):

@@ -193,7 +193,8 @@ def test_the_settings_are_checked_at_start_up(tgpt):
 
 def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, monkeypatch):
     """warm_up_lora_ttt on random tokens: one train-mode forward + backward of the base model on a packed row of this
-    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at each row length;
+    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at each row length
+    with TTT_DOC_BATCH rows, then at the shortest with each smaller power of 2 >= 2 of rows;
     afterwards the base weights are bit-identical, frozen, without gradients and in eval mode, the AdamW state is
     empty and the adapters are the first draw again (B = 0, A as a fresh BatchedLoRA's)."""
     h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_CHUNK_TOKENS="256", TTT_BATCH_SEQS="1"))
@@ -204,7 +205,7 @@ def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, mon
     lora, fresh = (tgpt.BatchedLoRA(h, slots, h.ttt_doc_batch, torch.device("cpu")) for _ in range(2))
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
                                   weight_decay=h.ttt_lora_wd)
-    forwards, lengths = [], []
+    forwards, shapes = [], []
     model_forward = type(model).forward
 
     def recorded_forward(self, x, y, *packed):
@@ -212,14 +213,74 @@ def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, mon
         return model_forward(self, x, y, *packed)
     monkeypatch.setattr(type(model), "forward", recorded_forward)
     nll = tgpt.make_lora_nll(h, dist_info, model, lora)
-    tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: lengths.append(x.size(1)) or nll(x, y, picks),
+    tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
                           lora, optimizer)
     assert len(forwards) == 1
     shape, training, grads, (cu_seqlens,) = forwards[0]
     assert shape == (1, h.train_seq_len) and training and all(grads)  # TTT_BATCH_SEQS=1 of 256 // 64 sequences
     assert cu_seqlens.numel() % tgpt.CU_SEQLENS_BUCKET == 0 and int(cu_seqlens[-1]) == h.train_seq_len
-    assert lengths == [64, 128]  # the row lengths of EVAL_SEQ_LEN=128 (powers of two from 64)
+    assert shapes == [(3, 64), (3, 128), (2, 64)]  # EVAL_SEQ_LEN=128's row lengths, then fewer rows (not 1)
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert not model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
     assert not optimizer.state
     assert all(torch.equal(lora.a[k], fresh.a[k]) and not lora.b[k].any() for k in lora.a)
+
+
+def full_rows_batch(tgpt, h, nll_fn, lora, optimizer, tokens, target_bytes, spans, sums, calls):
+    """lora_ttt_batch as SPEC_0427 §10.4 reads, every row computed at every step (rows of finished documents and
+    padding too: they add zeros to the scores and the loss)."""
+    chunk, ctx = h.ttt_lora_chunk, h.effective_eval_seq_len
+    first, lengths = spans[:, 0], spans[:, 1] - spans[:, 0]
+    longest, offsets = int(lengths.max()), torch.arange(chunk)
+    lora.reset(fresh_a=False)
+    optimizer.state.clear()
+    for step in range(-(-longest // chunk)):
+        end = lengths.clamp(max=(step + 1) * chunk)
+        new, width = (end - step * chunk).clamp_min(0), end.clamp(max=ctx)
+        window = first + end - width
+        positions = torch.arange(tgpt.lora_context((step + 1) * chunk, ctx))
+        x = torch.where(positions < width[:, None], tokens[(window[:, None] + positions) % tokens.numel()], 0)
+        picks = (width[:, None] - chunk + offsets).clamp_min(0)
+        scored, targets = offsets >= chunk - new[:, None], window[:, None] + picks
+        nll = nll_fn(x.long(), tokens[targets + 1].long(), picks)
+        calls.append(x.size(0))
+        tgpt.accumulate_scores(sums, nll.detach(), scored, targets, target_bytes)
+        if (step + 1) * chunk < longest:
+            optimizer.zero_grad(set_to_none=True)
+            (torch.where(scored, nll, 0.0) * ((end < lengths).float() / new.clamp_min(1))[:, None]).sum().backward()
+            optimizer.step()
+
+
+def test_a_step_computes_only_the_rows_whose_documents_go_on_and_changes_nothing_else(tgpt):
+    """Two batches (the second warm-starts A from the first) through lora_ttt_batch and through the plain every-row
+    version: equal scores, equal adapters and AdamW states after each; lora_ttt_batch's steps ran 4, 4 and then 2 of
+    the 5 rows (padding first, lengths ascending: 20, 70 and 150 targets in 16-token chunks; never 1 row: a compiled
+    forward would specialize on it)."""
+    h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_DOC_BATCH="5"))
+    dist_info, tokens = tgpt.DistInfo(0, 1, torch.device("cpu")), synthetic_tokens(seed=3, docs=30)
+    # fp64: rounding that depends on the number of rows stays far below the tolerance (Adam amplifies fp32's)
+    model = random_model(tgpt, h).double().requires_grad_(False).eval()
+    target_bytes = torch.randint(1, 4, (tokens.numel() - 1,), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for batch in (tgpt.lora_ttt_batch, None):
+        torch.manual_seed(0)
+        lora = tgpt.BatchedLoRA(h, sum(map(len, model.layer_orders[True])), 5, torch.device("cpu")).double()
+        optimizer = torch.optim.AdamW(lora.parameters(), lr=0.01, betas=(0.0, 0.99), eps=1e-10, weight_decay=0.5)
+        nll, calls, sums = tgpt.make_lora_nll(h, dist_info, model, lora), [], []
+        counted = lambda x, y, picks: calls.append(x.size(0)) or nll(x, y, picks)  # noqa: E731
+        for spans in (torch.tensor([[0, 0], [0, 0], [500, 520], [1000, 1070], [2000, 2150]]),
+                      torch.tensor([[0, 0], [40, 70], [300, 360], [700, 790], [1200, 1330]])):
+            sums.append(torch.zeros(3, dtype=torch.float64))
+            if batch:
+                batch(h, dist_info, counted, lora, optimizer, tokens, target_bytes, spans, sums[-1])
+            else:
+                full_rows_batch(tgpt, h, nll, lora, optimizer, tokens, target_bytes, spans, sums[-1], calls)
+            sums.append([p.detach().clone() for p in lora.parameters()] +
+                        [v.clone() for state in optimizer.state.values() for v in state.values()])
+        runs.append((calls, sums))
+    (calls, got), (full_calls, expected) = runs
+    assert calls[:10] == [4, 4, 2, 2, 2, 2, 2, 2, 2, 2] and full_calls[:10] == [5] * 10
+    for a, b in zip(got, expected):
+        a, b = (a, b) if isinstance(a, list) else ([a], [b])
+        assert len(a) == len(b) and all(torch.allclose(u, v, rtol=0.0, atol=1e-9) for u, v in zip(a, b))
+    assert got[0][1] == expected[0][1] == 20 + 70 + 150  # every target of the batch scored
