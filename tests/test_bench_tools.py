@@ -209,11 +209,13 @@ def test_ttt_eval_estimate_simulates_the_static_split_the_phase_barrier_and_a_fr
     """bench/ttt_eval_estimate.py's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
     64 (chunk ends <= 64: 1 s) then 128 (2 s); a batch whose longest document has 100 tokens runs 4 + 3 steps (10 s),
     one of 48 tokens 3 steps (3 s). The phase before queue batch 2 waits for the slower rank, then all run 5 SGD
-    chunks of 4 s; the record's logs give 782 batches, the longest first, 50,000 documents."""
+    chunks of 4 s. With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the batch of
+    10- and 100-token documents, 2 rows throughout, costs half. The record's logs give 782 batches, the longest
+    first, 50,000 documents."""
     import ttt_eval_estimate as estimate
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, EVAL_SEQ_LEN="128", TTT_LORA_CHUNK="16"))
-    cost = {"lora_step_ms": {"64": 1000.0, "128": 2000.0}, "sgd_ms": {"2": 4000.0}}
-    batches = [(2, 100), (2, 48), (2, 48), (2, 48)]
+    cost = {"doc_batch": 64, "lora_step_ms": {"64": 1000.0, "128": 2000.0}, "sgd_ms": {"2": 4000.0}}
+    batches = [[100, 100], [48, 48], [48, 48], [48, 48]]
     row = estimate.simulate(tgpt, h, batches, [4], [5], cost, 2)  # 4 documents: the phase comes before batch 2
     assert row["rank_busy_s"] == [13.0, 6.0] and row["loop_s"] == 10 + 20 + 3
     assert row["longest_batch_s"] == 10 and row["sgd_s"] == 20
@@ -222,10 +224,14 @@ def test_ttt_eval_estimate_simulates_the_static_split_the_phase_barrier_and_a_fr
     assert greedy["loop_s"] == 10 and greedy["rank_busy_s"] == [10.0, 9.0]  # rank 1 takes 1, 2 and 3
     with pytest.raises(SystemExit, match="no SGD step time for world size 4"):
         estimate.simulate(tgpt, h, batches, [4], [5], cost, 4)
+    half = dict(cost, lora_step_ms_rows_2={"64": 500.0, "128": 1000.0})
+    assert estimate.simulate(tgpt, h, [[10, 100]], [], [], half, 2)["loop_s"] == 5  # 2 rows: 4 x 0.5 + 3 x 1 s
+    assert estimate.simulate(tgpt, h, [[10, 100]], [], [], cost, 2)["loop_s"] == 10
     log = tmp_path / "record.log"
     log.write_text("ttp: b782/782 bl:2.1 dl:30339-97114 gd:0\nttp: b1/782 bl:2.7 dl:2-105 gd:1\n"
                    "ttp: b392/782 dl:500-510 gd:1\n")
     record = estimate.record_batches([str(log)])
-    assert len(record) == 782 and record[0] == (16, 97114) and record[-1] == (64, 105)
-    assert sum(docs for docs, _ in record) == 50_000 and record[782 - 392] == (64, 510)
-    assert all(a[1] >= b[1] for a, b in zip(record, record[1:]))  # interpolated between logged batches, longest first
+    assert len(record) == 782 and (len(record[0]), record[0][0], record[0][-1]) == (16, 30339, 97114)
+    assert (len(record[-1]), record[-1][0], record[-1][-1]) == (64, 2, 105)
+    assert sum(map(len, record)) == 50_000 and (record[782 - 392][0], record[782 - 392][-1]) == (500, 510)
+    assert all(a[-1] >= b[-1] and a == sorted(a) for a, b in zip(record, record[1:]))  # interpolated, longest first
