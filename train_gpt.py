@@ -2617,8 +2617,8 @@ def lora_context(chunk_end: int, ctx: int) -> int:
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
     hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
-    the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in, so the second
-    row length is marked dynamic: one graph compiles for every length (the record: dynamic=True, §10.4)."""
+    the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in, and the row
+    count and length are marked dynamic: one graph for every step (>= 2 rows; the record: dynamic=True, §10.4)."""
     def nll(x: Tensor, y: Tensor, picks: Tensor, rope: Tuple[Tensor, ...]) -> Tensor:
         hidden = model.forward_hidden(x, lora=lora, rope=rope)
         hidden = hidden.gather(1, picks[..., None].expand(-1, -1, hidden.size(-1)))
