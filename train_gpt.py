@@ -75,11 +75,12 @@ RECIPES["2026-04-27"] = dict(
     RECIPES["2026-04-09"], data_path="./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     tokenizer_path="./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model", qk_gain_init=5.0,
     parallel_residual_start=-1, parallel_start_layer=8, smear_gate_enabled=True, sparse_attn_gate_enabled=True,
-    sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, matrix_lr=0.026, muon_momentum=0.97,
+    sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, init_mlp_after_attention=True,
+    matrix_lr=0.026, muon_momentum=0.97,
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
     muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
-    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1,
+    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1, sliding_eval=False,
     mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
@@ -140,6 +141,7 @@ class Hyperparameters:
     parallel_start_layer: int = -1  # decoder blocks from this index on run two lanes (SPEC_0427 §4); < 0: none
     skip_gates_enabled: bool = False  # U-Net skips as x = g x + (1 - g) w s with g = sigmoid(gate), not x + w s
     init_linear_draws: bool = False  # SPEC_0409 §4: draw each block matrix's nn.Linear default init first
+    init_mlp_after_attention: bool = False  # SPEC_0427 §12: orthogonal Q, K, V of all layers, then all MLP-ups
     bigram_enabled: bool = True  # BigramHash embedding added to the token embedding
     smear_enabled: bool = True  # SmearGate: mix each position with the previous one
     smear_gate_enabled: bool = False  # 04-27 SmearGate on the embedding: x_t += lam sigmoid(w x_t[:GATE_WINDOW]) x_t-1
@@ -185,6 +187,7 @@ class Hyperparameters:
     byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
+    sliding_eval: bool = True  # the artifact's sliding-window eval (a diagnostic where TTT gives the score); 0: none
     control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
                                          "attn_gate,vr_lambda")  # names of the control tensors, kept fp32 (SPEC §4)
@@ -496,6 +499,12 @@ def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
     if dist_info.distributed:
         dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op.upper()))
     return tensor
+
+def values_by_rank(value: float, dist_info: DistInfo) -> List[float]:
+    """Every rank's value, by rank (one all-reduce of one-hot vectors)."""
+    values = torch.zeros(dist_info.world_size, dtype=torch.float64, device=dist_info.device)
+    values[dist_info.rank] = value
+    return all_reduce_(values, dist_info).tolist()
 
 def barrier(dist_info: DistInfo) -> None:
     if dist_info.distributed:
@@ -1042,13 +1051,14 @@ class GPT(nn.Module):
         nn.init.normal_(self.tok_emb.weight, std=h.tied_embed_init_std)
         if self.bigram is not None:
             nn.init.zeros_(self.bigram.embed.weight)
-        for i in range(n):
-            nn.init.orthogonal_(self.qo_bank[i])
-            nn.init.zeros_(self.qo_bank[n + i])  # W_o starts at zero (the record's 1/sqrt(2n) scale is moot)
-            nn.init.orthogonal_(self.kv_bank[i])
-            nn.init.orthogonal_(self.kv_bank[n + i])
-            nn.init.orthogonal_(self.mlp_up_bank[i])
-            nn.init.zeros_(self.mlp_down_bank[i])
+        attention = [[self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i]] for i in range(n)]
+        mlp = [[self.mlp_up_bank[i]] for i in range(n)]  # W_o, W_down start at zero (a 1/sqrt(2n) scale is moot)
+        by_layer = attention + mlp if h.init_mlp_after_attention else [a + m for a, m in zip(attention, mlp)]
+        for weight in (weight for layer in by_layer for weight in layer):
+            nn.init.orthogonal_(weight)
+        nn.init.zeros_(self.qo_bank[n:]), nn.init.zeros_(self.mlp_down_bank)
+        if self.smear_gate is not None:
+            nn.init.zeros_(self.smear_gate.weight)  # drawn by its constructor, as the record's nn.Linear
         # any size (the record: both dims >= 64, else zero, and a zero bigram.proj never gets a gradient)
         for module in self.modules():
             if isinstance(module, CastedLinear):
@@ -1086,18 +1096,17 @@ class GPT(nn.Module):
         for slot, i in enumerate(encoder):
             x = self.run_block(i, x, x0, rope, value_embed, collector, lora=slot_lora[slot])
             skips.append(x)
-        lane1 = None  # two-lane blocks (SPEC_0427 §4): x is lane 0, which alone takes the skips
+        lane1 = None  # two-lane blocks (SPEC_0427 §4, §12): x is lane 0, which alone takes the skips
         for j, i in enumerate(decoder):
+            if self.blocks[i].two_lanes and lane1 is None:
+                lane1 = x  # both lanes start from x as it is before this position's skip, which lane 0 alone takes
             if j < self.skip_weights.size(0) and skips:
                 skip = self.skip_weights[j].to(x.dtype) * skips.pop()
-                if self.skip_gates is None:
-                    x = x + skip
-                else:
-                    gate = torch.sigmoid(self.skip_gates[j].to(x.dtype))
-                    x = gate * x + (1 - gate) * skip
+                gated = self.skip_gates is not None  # x <- sigmoid(g) x + (1 - sigmoid(g)) w s: the records' lerp
+                x = torch.lerp(skip, x, torch.sigmoid(self.skip_gates[j].to(x.dtype))) if gated else x + skip
             lora_j = slot_lora[len(encoder) + j]
-            if self.blocks[i].two_lanes:  # the first one starts both lanes from x
-                x, lane1 = self.run_block(i, x, x0, rope, value_embed, collector, x if lane1 is None else lane1, lora_j)
+            if self.blocks[i].two_lanes:
+                x, lane1 = self.run_block(i, x, x0, rope, value_embed, collector, lane1, lora_j)
             else:
                 x = self.run_block(i, x, x0, rope, value_embed, collector, lora=lora_j)
         return x if lane1 is None else (x + lane1) / 2  # the mean of the lanes (PARALLEL_FINAL_LANE=mean)
@@ -1321,8 +1330,9 @@ class TokenSmearGate(nn.Module):
     last (PR #1851's fix; PR #1797 had none). w (1, window) and the scalar lam start at zero: the identity."""
 
     def __init__(self, window: int, bos_mask: bool):
-        super().__init__()
-        self.weight, self.bos_mask = nn.Parameter(torch.zeros(1, window)), bos_mask
+        super().__init__()  # the record's nn.Linear(window, 1) draws its default init (SPEC_0427 §12), zeroed later
+        self.weight = nn.Parameter(nn.init.kaiming_uniform_(torch.empty(1, window), a=math.sqrt(5)))
+        self.bos_mask = bos_mask
 
     def forward(self, x: Tensor, ids: Tensor, lam: Tensor) -> Tensor:
         gate = lam.to(x.dtype) * torch.sigmoid(F.linear(x[:, 1:, :self.weight.size(1)], self.weight.to(x.dtype)))
@@ -2376,22 +2386,29 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
 def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
     """SPEC §8 plain eval of non-overlapping seq_len (TRAIN_SEQ_LEN) sequences split contiguously by rank; loss_sum(x,
-    y): a batch's fp64 nll sum (default: the training forward's, batches of VAL_BATCH_SIZE / (world * GA) tokens)."""
+    y, *cu_seqlens): a batch's fp64 nll sum (default: the training forward's, batches of VAL_BATCH_SIZE / (world * GA)
+    tokens). A model trained on documents (TRAIN_LOADER=documents) gets each batch as one packed row, documents apart
+    (SPEC_0427 §5's diagnostic evals, but every target)."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
-    loss_sum = loss_sum or (lambda x, y: model(x, y).double() * y.numel())
+    loss_sum = loss_sum or (lambda x, y, *cu: model(x, y, *cu).double() * y.numel())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
     specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
     def build(spec):
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
+        if h.train_loader == "documents":
+            return (window[None, :-1], window[None, 1:],
+                    document_cu_seqlens(window[:-1], BOS_ID, seq_len, CU_SEQLENS_BUCKET))
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
     sums, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), model.training
     sums[2] = val.target_bytes[first * seq_len:last * seq_len].sum()  # this rank's targets
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
-        for batch, (_, (x, y)) in enumerate(feed, 1):
+        for batch, (_, (x, y, *cu_seqlens)) in enumerate(feed, 1):
+            for entries in cu_seqlens:  # any number of segments: one compiled graph
+                torch._dynamo.mark_dynamic(entries, 0)
             with autocast_context(dist_info):
-                sums[0] += loss_sum(x, y)
+                sums[0] += loss_sum(x, y, *cu_seqlens)
             sums[1] += y.numel()
             if every > 0 and (batch % every == 0 or batch == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
@@ -2404,10 +2421,12 @@ def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
     compiled = compile_enabled(h, dist_info)
     return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True) if compiled else model.forward_hidden
 
-def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
-    """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences."""
-    def loss_sum(x: Tensor, y: Tensor) -> Tensor:
-        logits = model.logits_from_hidden(hidden_forward(F.pad(x, (0, 0, 0, rows - x.size(0)))))[:x.size(0)]
+def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int, seq_len: int) -> Callable:
+    """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences
+    (a packed row, with cu_seqlens, at its end: causal attention keeps the padding out of every real token)."""
+    def loss_sum(x: Tensor, y: Tensor, *cu_seqlens: Tensor) -> Tensor:
+        padded = F.pad(x, (0, rows * seq_len - x.size(1))) if cu_seqlens else F.pad(x, (0, 0, 0, rows - x.size(0)))
+        logits = model.logits_from_hidden(hidden_forward(padded, None, *cu_seqlens))[:x.size(0), :x.size(1)]
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").double().sum()
     return loss_sum
 
@@ -2605,6 +2624,17 @@ class BatchedLoRA(nn.Module):
                 bound = self.a[kind].size(-1) ** -0.5
                 self.a[kind].uniform_(-bound, bound, generator=self.generator)
 
+    @contextlib.contextmanager
+    def fresh(self):
+        """Fresh adapters for one batch, then the kept A back (SPEC_0427 §12: the record gives a batch of another size
+        a new LoRA and optimizer and leaves the reusable ones as they were)."""
+        kept = {kind: a.detach().clone() for kind, a in self.a.items()}
+        self.reset(fresh_a=True)
+        yield
+        with torch.no_grad():
+            for kind, a in self.a.items():
+                a.copy_(kept[kind])
+
     def forward(self, slot: int, kind: str, x: Tensor) -> Tensor:
         """x (n, T, in) -> (n, T, out): the adapters of the last n rows (a step's rows whose documents go on)."""
         a, b = (p[kind][slot].narrow(0, p[kind].size(1) - x.size(0), x.size(0)).to(x.dtype) for p in (self.a, self.b))
@@ -2614,6 +2644,44 @@ def lora_context(chunk_end: int, ctx: int) -> int:
     """A step's row length: its longest window rounded up to a power of 2 (>= 64, <= ctx): a few row lengths."""
     return min(ctx, max(64, 1 << (min(chunk_end, ctx) - 1).bit_length()))
 
+def lora_step_rows(going_on: int, rows: int) -> int:
+    """Rows a LoRA step computes: the last ones, from the first whose document goes on, a power of 2 >= 2 of them
+    (1 row would compile its own graph), or all; the others would add only zeros (AdamW's beta1 is 0)."""
+    return min(rows, max(2, 1 << (going_on - 1).bit_length()))
+
+TTT_STEP_FLOOR_TOKENS = 32_768  # a LoRA step costs at least as much as this many row-tokens (its per-step overhead)
+
+def lora_batch_cost(h, lengths: Sequence[int]) -> int:
+    """The schedule's cost model of a batch (its documents' target counts): row-tokens of the LoRA steps that
+    lora_ttt_batch runs, each at least TTT_STEP_FLOOR_TOKENS."""
+    chunk, ctx, rows, lengths = h.ttt_lora_chunk, h.effective_eval_seq_len, h.ttt_doc_batch, np.sort(lengths)
+    return sum(max(TTT_STEP_FLOOR_TOKENS, lora_context((step + 1) * chunk, ctx) * lora_step_rows(
+        len(lengths) - int(np.searchsorted(lengths, step * chunk, side="right")), rows))
+        for step in range(ceil_div(int(lengths[-1]), chunk)))
+
+def ttt_schedule(batch_docs: Sequence[int], costs: Sequence[float], boundaries: Sequence[int], world_size: int):
+    """SPEC_0427 §10.3/§10.5 made deterministic. Phase k starts once the queue batch whose documents reach boundary k
+    and the W - 1 batches after it (those the other ranks hold when the record's pause flag goes up) are scored: at 8
+    ranks the record's logged 1,296 / 2,128 / 2,960 documents; a phase with no batch after it is dropped. Between
+    phases the batches go, in queue order, to the rank whose batches cost least so far (ties: the lower rank), as
+    the record's counter gives each to the first free rank. -> (phases [(queue batches scored before it, boundary)],
+    assignment[segment][rank]: the queue batches that rank scores between phase segment - 1 and phase segment)."""
+    counts, phases = np.cumsum(batch_docs), []
+    for boundary in boundaries:
+        end = min(len(batch_docs), int(np.searchsorted(counts, boundary)) + world_size)
+        if boundary <= counts[-1] and end < len(batch_docs):
+            phases.append((end, boundary))
+    assignment, start = [], 0
+    for end in [end for end, _ in phases] + [len(batch_docs)]:
+        loads, ranks = [0.0] * world_size, [[] for _ in range(world_size)]
+        for q in range(start, end):
+            rank = min(range(world_size), key=loads.__getitem__)
+            ranks[rank].append(q)
+            loads[rank] += costs[q]
+        assignment.append(ranks)
+        start = end
+    return phases, assignment
+
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
     hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
@@ -2622,7 +2690,8 @@ def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     def nll(x: Tensor, y: Tensor, picks: Tensor, rope: Tuple[Tensor, ...]) -> Tensor:
         hidden = model.forward_hidden(x, lora=lora, rope=rope)
         hidden = hidden.gather(1, picks[..., None].expand(-1, -1, hidden.size(-1)))
-        logits = model.logits_from_hidden(hidden, lora=lora)
+        logits = model.logits_from_hidden(hidden, capped=False, lora=lora)  # the softcap in the autocast dtype (bf16),
+        logits = model.logit_softcap * torch.tanh(logits / model.logit_softcap)  # as the record's (SPEC_0427 §12)
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
     compiled = torch.compile(nll, fullgraph=True) if compile_enabled(h, dist_info) else nll
     cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
@@ -2653,8 +2722,7 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
     lora.reset(fresh_a=False)
     optimizer.state.clear()
     for step in range(ceil_div(longest, chunk)):
-        going_on = rows - int((lengths_cpu > step * chunk).int().argmax())  # rows from the first with new targets
-        lo = rows - min(rows, max(2, 1 << (going_on - 1).bit_length()))  # 1 row would compile its own graph
+        lo = rows - lora_step_rows(rows - int((lengths_cpu > step * chunk).int().argmax()), rows)
         first, lengths = all_first[lo:], all_lengths[lo:]
         end = lengths.clamp(max=(step + 1) * chunk)  # per document: targets [step C, end) are new
         new, width = (end - step * chunk).clamp_min(0), end.clamp(max=ctx)
@@ -2703,14 +2771,10 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
     lora.generator.manual_seed(h.seed)
     lora.reset(fresh_a=True)
 
-def gather_phase_documents(dist_info, scored: List[int], order: Tensor, boundary: int) -> Tensor:
-    """SPEC_0427 §10.5: every rank's scored documents (an all-gather: ranks that finished early wait here), in the
-    record's order (batch of the ascending-length sort, then place in it: `order`), the first `boundary` of them."""
-    parts = [scored]
-    if dist_info.distributed:
-        parts = [None] * dist_info.world_size
-        dist.all_gather_object(parts, scored)
-    return order[torch.isin(order, torch.tensor([doc for part in parts for doc in part], dtype=torch.int64))][:boundary]
+def phase_documents(order: Tensor, queue: List[Tensor], scored_batches: int, boundary: int) -> Tensor:
+    """SPEC_0427 §10.5: the documents of the first `scored_batches` queue batches (every rank's, all scored now) in
+    the record's order (batch of the ascending-length sort, then place in it: `order`), the first `boundary`."""
+    return order[torch.isin(order, torch.cat(queue[:scored_batches]))][:boundary]
 
 def global_sgd_phase(h, dist_info, model: GPT, tokens: Tensor, spans: Tensor, docs: Tensor) -> int:
     """SPEC_0427 §10.5: TTT_EPOCHS of SGD on the whole base model over the documents' tokens in this order (each with
@@ -2729,16 +2793,15 @@ def global_sgd_phase(h, dist_info, model: GPT, tokens: Tensor, spans: Tensor, do
     model.requires_grad_(False).zero_grad(set_to_none=True)
     return stream.numel()
 
-def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_bytes) -> tuple:
-    """SPEC_0427 §10 with the coordination of collectives: queue batch q is rank q mod W's (static, so every rank
-    knows where a phase begins: after the first queue batches holding TTT_PHASE_DOCS documents); at a phase every
-    rank stops before its first later batch, joins the all-gather and the SGD, then scores on with fresh adapters."""
+def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_bytes, split: dict) -> tuple:
+    """SPEC_0427 §10 with a deterministic schedule (ttt_schedule): every rank knows which queue batches it scores
+    before each phase; at a phase every rank joins the SGD's collectives, then scores on with fresh adapters.
+    split gets the seconds of the warm-up (with the set-up) and of the loop."""
     started, spans = time.perf_counter(), document_spans(tokens)
     queue, order = ttt_queue(spans, h.ttt_doc_batch)
-    counts = np.cumsum([docs.numel() for docs in queue])
+    costs = [lora_batch_cost(h, (spans[docs, 1] - spans[docs, 0]).numpy()) for docs in queue]
     boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
-    phases = [(int(np.searchsorted(counts, docs)) + 1, docs) for docs in boundaries if docs <= counts[-1]]
-    phases = [phase for phase in phases if phase[0] < len(queue)]  # (batches scored before it, its documents)
+    phases, assignment = ttt_schedule([docs.numel() for docs in queue], costs, boundaries, dist_info.world_size)
     logger.log(f"ttt_phased:start docs:{len(spans)} batches:{len(queue)} phases:{phases} "
                f"lora_rank:{h.ttt_lora_rank} chunk:{h.ttt_lora_chunk} context:{h.effective_eval_seq_len}")
     model.requires_grad_(False).eval()
@@ -2749,38 +2812,45 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     if compile_enabled(h, dist_info):
         warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer)
     sync_device(dist_info)
-    loop_started, scored, sums = time.perf_counter(), [], torch.zeros(3, dtype=torch.float64, device=dist_info.device)
-    def run_phase(batches_before: int, boundary: int) -> None:
-        paused = time.perf_counter()
-        docs = gather_phase_documents(dist_info, scored, order, boundary)
-        gathered = time.perf_counter()  # wait: until every rank reached the phase (their batches before it)
-        stream = global_sgd_phase(h, dist_info, model, tokens, spans, docs)
-        lora.reset(fresh_a=True)
-        logger.log(f"ttt_phased:phase after_batches:{batches_before} docs:{docs.numel()} sgd_tokens:{stream} "
-                   f"paused_at:{paused - loop_started:.1f}s wait:{gathered - paused:.1f}s "
-                   f"sgd_time:{time.perf_counter() - gathered:.1f}s")
-    for q in range(dist_info.rank, len(queue), dist_info.world_size):
-        while phases and phases[0][0] <= q:
-            run_phase(*phases.pop(0))
-        spans_q = F.pad(spans[queue[q]], (0, 0, h.ttt_doc_batch - queue[q].numel(), 0))  # ascending lengths
-        lora_ttt_batch(h, dist_info, nll_fn, lora, optimizer, tokens, target_bytes, spans_q, sums)
-        scored += queue[q].tolist()
-        if dist_info.is_main and (q // dist_info.world_size) % 50 == 0:
-            logger.log(f"  ttt_phased:batch {q + 1}/{len(queue)} time:{time.perf_counter() - loop_started:.1f}s")
-    while phases:  # this rank's batches are done; the others still meet it in each phase's all-gather
-        run_phase(*phases.pop(0))
+    loop_started, busy, sums = time.perf_counter(), 0.0, torch.zeros(3, dtype=torch.float64, device=dist_info.device)
+    for segment, ranks in enumerate(assignment):
+        for index, q in enumerate(ranks[dist_info.rank]):
+            batch_started = time.perf_counter()
+            spans_q = F.pad(spans[queue[q]], (0, 0, h.ttt_doc_batch - queue[q].numel(), 0))  # ascending lengths
+            with lora.fresh() if queue[q].numel() < h.ttt_doc_batch else contextlib.nullcontext():
+                lora_ttt_batch(h, dist_info, nll_fn, lora, optimizer, tokens, target_bytes, spans_q, sums)
+            sync_device(dist_info)
+            busy += time.perf_counter() - batch_started
+            if dist_info.is_main and index % 50 == 0:
+                logger.log(f"  ttt_phased:batch {q + 1}/{len(queue)} time:{time.perf_counter() - loop_started:.1f}s")
+        if segment < len(phases):
+            paused = time.perf_counter()
+            barrier(dist_info)  # the wait: until every rank has scored its batches before the phase
+            docs = phase_documents(order, queue, *phases[segment])
+            gathered = time.perf_counter()
+            stream = global_sgd_phase(h, dist_info, model, tokens, spans, docs)
+            lora.reset(fresh_a=True)
+            logger.log(f"ttt_phased:phase after_batches:{phases[segment][0]} docs:{docs.numel()} sgd_tokens:{stream} "
+                       f"paused_at:{paused - loop_started:.1f}s wait:{gathered - paused:.1f}s "
+                       f"sgd_time:{time.perf_counter() - gathered:.1f}s")
     val_loss, val_bpb = reduced_loss_and_bpb(sums, dist_info)  # waits for every rank
-    logger.log(f"ttt_phased:done compile:{loop_started - started:.1f}s loop:{time.perf_counter() - loop_started:.1f}s"
-               " (the record's total_eval_time is the loop's)")
+    busy_by_rank = values_by_rank(busy, dist_info)
+    split.update(ttt_warmup=loop_started - started, ttt_loop=time.perf_counter() - loop_started)
+    logger.log(f"ttt_phased:done compile:{split['ttt_warmup']:.1f}s loop:{split['ttt_loop']:.1f}s (the record's "
+               f"total_eval_time is the loop's) scoring_s_by_rank:{[round(t, 1) for t in busy_by_rank]}")
     return val_loss, val_bpb
 
-def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "") -> tuple:
-    """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`."""
+def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "",
+               split: Optional[dict] = None) -> tuple:
+    """Runs evaluate() -> (val_loss, val_bpb), logs `<label> ... eval_time:<ms>ms` and, if exact, `<label>_exact`;
+    split[label] gets the seconds."""
     sync_device(dist_info)
     started = time.perf_counter()
     val_loss, val_bpb = evaluate()
     sync_device(dist_info)
     elapsed_ms = 1000.0 * (time.perf_counter() - started)
+    if split is not None:
+        split[label] = elapsed_ms / 1000.0
     logger.log(f"{label} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} {extra}eval_time:{elapsed_ms:.0f}ms")
     if exact:
         logger.log(f"{label}_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
@@ -3640,7 +3710,7 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     tokens = device_tokens(val, dist_info.device)
     model.looping = h.num_loops > 0
     def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
-        loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
+        loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs, seq_len)
         return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
     results = {"average": apply_weight_average(logger, model, averages)}
     trained_forward = make_hidden_forward(h, dist_info, model)
@@ -3653,26 +3723,30 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     eval_model.looping = model.looping
     eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
     eval_forward = make_hidden_forward(h, dist_info, eval_model)  # a new model of the same recipe reuses the code
-    results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True,
+    split = {"deserialize": time.perf_counter() - eval_started}  # seconds of each part of eval_time
+    results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True, split=split,
                                       evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
     record_stride = h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len
-    for stride in [h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else []):  # the record's parsers want it
+    for stride in ([h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else [])) * h.sliding_eval:
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
-        results[label] = timed_eval(
-            dist_info, logger, label, exact=True, extra=f"stride:{stride} ",
+        results[label] = timed_eval(  # the record's parsers want stride 64's line too
+            dist_info, logger, label, exact=True, extra=f"stride:{stride} ", split=split,
             evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes,
                                                  stride))
     if h.ttt_enabled and h.ttt_mode == "full":
-        results["legal_ttt"] = timed_eval(dist_info, logger, "legal_ttt", exact=True, evaluate=lambda: ttt_eval(
-            h, dist_info, logger, eval_model, eval_forward, tokens, val.target_bytes))
-    elif h.ttt_enabled:  # the record's key, then ours
+        results["legal_ttt"] = timed_eval(dist_info, logger, "legal_ttt", exact=True, split=split, evaluate=lambda:
+                                          ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens,
+                                                   val.target_bytes))
+    elif h.ttt_enabled:  # the record's key, then ours; split gets its warm-up and loop
         results["legal_ttt"] = timed_eval(dist_info, logger, "quantized_ttt_phased", exact=False,
                                           evaluate=lambda: phased_ttt_eval(h, dist_info, logger, eval_model, tokens,
-                                                                           val.target_bytes))
+                                                                           val.target_bytes, split))
         logger.log("legal_ttt_exact val_loss:%.8f val_bpb:%.8f" % results["legal_ttt"])
     sync_device(dist_info)
-    logger.log("eval_time:%.0fms (deserialization, every eval above, compile included)"
-               % (1000.0 * (time.perf_counter() - eval_started)))
+    total = time.perf_counter() - eval_started
+    logger.log("eval_time:%.0fms (deserialization, every eval above, compile included)" % (1000.0 * total))
+    split["other"] = total - sum(split.values())
+    logger.log("eval_time_split " + " ".join("%s:%.0fms" % (part, 1000.0 * s) for part, s in split.items()))
     return results
 
 def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signals: StopSignal,

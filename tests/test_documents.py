@@ -294,3 +294,43 @@ def test_gptq_calibration_on_packed_rows_passes_their_cu_seqlens(tgpt):
     name = "blocks.3.attn.proj.weight"
     assert torch.allclose(hessians[name], packed[name] / 2)
     assert not torch.allclose(hessians[name], dense[name] / 2, rtol=1e-3)
+
+
+def test_plain_eval_of_a_documents_model_scores_each_target_in_its_own_document(tgpt):
+    """SPEC_0427 §5's diagnostic eval, every target: a batch of sequences is one packed row whose segments are the
+    documents (cut every TRAIN_SEQ_LEN tokens from a document's start, and at the batch's start), so each target's
+    context is its own document's earlier tokens in the batch. Reference: each segment run alone. Both the training
+    forward's form (periodic evals) and the final evals' padded form give it; a dense eval does not."""
+    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, VAL_BATCH_SIZE=str(8 * 64 * 3)))
+    model = tgpt.build_model(h, CPU)
+    tgpt.use_kernels(model, "sdpa_cpu", doc_attention="sdpa")
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # every weight random: documents matter to the scores
+            param.add_(torch.randn(param.shape, generator=generator) * (0.1 if name.endswith("_bank") else 0.5))
+    tokens = torch.randint(2, 1024, (64 * 7 + 1,), generator=generator)
+    tokens[[5, 60, 61, 200, 330]] = BOS  # a document over the 64-token mark (200 -> 330: pieces of 64 and 66)
+    data = tgpt.ValidationData(tokens.numpy().astype(np.uint16), torch.ones(64 * 7, dtype=torch.int32))
+    total, batch_tokens = 0.0, 64 * 3  # VAL_BATCH_SIZE / 8 per batch: windows [0, 192), [192, 384), [384, 448)
+    with torch.no_grad():
+        for begin in range(0, 64 * 7, batch_tokens):
+            end = min(begin + batch_tokens, 64 * 7)
+            cuts = sorted({begin, end} | {p for p in range(begin, end) if tokens[p] == BOS})
+            pieces = [(a + 64 * k, min(a + 64 * k + 64, b)) for a, b in zip(cuts, cuts[1:])
+                      for k in range(ceil(b - a))]
+            for a, b in pieces:
+                logits = model.forward_logits(tokens[None, a:b])
+                total += torch.nn.functional.cross_entropy(logits[0], tokens[a + 1:b + 1], reduction="sum").item()
+    want = total / (64 * 7)
+    periodic = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), None, model, data)
+    assert periodic[0] == pytest.approx(want, rel=2e-4)  # RoPE at row offsets: equal in exact arithmetic
+    forward = model.forward_hidden
+    final = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), None, model, data,
+                            tgpt.scoring_loss_sum(model, forward, 4, 64), 3, 64)  # padded to 4 sequences
+    assert final[0] == pytest.approx(want, rel=2e-4)
+    dense = tgpt.plain_eval(tgpt.replace(h, train_loader="shuffled"), tgpt.DistInfo(0, 1, CPU), None, model, data)
+    assert abs(dense[0] - want) > 0.02, dense[0] - want  # 7x the tolerance above
+
+
+def ceil(tokens):
+    return -(-tokens // 64)

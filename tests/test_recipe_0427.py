@@ -1,5 +1,5 @@
-"""RECIPE=2026-04-27, model side (issue 30 part C, SPEC_0427 §4, §11): the recipe table, the full-size parameter
-count and dtypes, the same-seed initial weights of the draw order docs/SPEC_0427.md §0 chose, the BOS-masked
+"""RECIPE=2026-04-27, model side (SPEC_0427 §4, §11, §12): the recipe table, the full-size parameter
+count and dtypes, the same-seed initial weights of the record's draw order (§12), the BOS-masked
 SmearGate, the sparse attention gate and the two-lane decoder against a forward written from the spec, the GPTQ
 Hessians of that forward (attn.proj's input after the gate), the settings' checks and the tiny pipeline on the CPU."""
 import math
@@ -42,9 +42,10 @@ SPEC_0427 = {
     "DATA_PATH": "./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     "TOKENIZER_PATH": "./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model",
     # docs/SPEC_0427.md §0 and docs/recipe_0427.md: the Hessians inside the cap (§0.4); the record's local clipping
-    # (§0.11) and bf16 Muon buffers (§6.2-§6.3); banks, so no nn.Linear draws; bf16 theta as the record's buffer
+    # (§0.11) and bf16 Muon buffers (§6.2-§6.3); banks, so no nn.Linear draws, and every MLP-up after every
+    # attention matrix (§12); bf16 theta as the record's buffer
     "GPTQ_RESERVE_SECONDS": 8.0, "GRAD_CLIP_SCOPE": "local", "MUON_DTYPE": "bf16", "INIT_LINEAR_DRAWS": False,
-    "ROPE_BF16": True,
+    "INIT_MLP_AFTER_ATTENTION": True, "ROPE_BF16": True,
     "CONTROL_TENSOR_NAME_PATTERNS": "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                     "skip_weight,skip_weights,skip_gates,parallel_post_lambdas,"
                                     "parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda"}
@@ -116,35 +117,47 @@ def test_full_size_model_has_the_record_parameter_count_names_and_dtypes(tgpt):
 
 
 def spec_0427_initial_state(h) -> tuple:
-    """The draw order docs/SPEC_0427.md §0 chose: after seeding, the Embedding's default N(0, 1), then tok_emb ~
-    N(0, std^2) and orthogonal c_q, c_k, c_v, fc per block (attn.proj, mlp.proj zero); no nn.Linear default draws
-    (banks) and none for the new parameters (constants). -> (the weights by name, generator state after)."""
-    n, d = h.num_layers, h.model_dim
+    """SPEC_0427 §12's list, step by step, on torch's CPU generator after manual_seed(SEED): (1) the Embedding's
+    default N(0, 1); (2)-(3) blocks, skips and lambdas draw nothing; (4) the smear gate, an nn.Linear(12, 1): 12
+    kaiming-uniform(a = sqrt 5) draws, i.e. U(+-1/sqrt(12)), zeroed later; (5) tok_emb ~ N(0, std^2); one loop over
+    the layers: orthogonal Q_i, O_i = 0, orthogonal K_i, orthogonal V_i; a second loop: orthogonal up_i, down_i = 0.
+    -> (the weights by name, generator state after)."""
+    n, d, window = h.num_layers, h.model_dim, h.gate_window
     kv, hidden = h.num_kv_heads * d // h.num_heads, int(h.mlp_mult * d)
     torch.manual_seed(h.seed)
-    state = {"tok_emb.weight": torch.empty(h.vocab_size, d).normal_()}
-    state["tok_emb.weight"].normal_(0.0, h.tied_embed_init_std)
+    state = {"tok_emb.weight": torch.empty(h.vocab_size, d).normal_()}  # (1)
+    torch.empty(1, window).uniform_(-1 / math.sqrt(window), 1 / math.sqrt(window))  # (4): the draws only
+    state["tok_emb.weight"].normal_(0.0, h.tied_embed_init_std)  # (5)
     for i in range(n):
-        for part, shape in (("attn.c_q", (d, d)), ("attn.c_k", (kv, d)), ("attn.c_v", (kv, d)),
-                            ("attn.proj", (d, d)), ("mlp.fc", (hidden, d)), ("mlp.proj", (d, hidden))):
-            weight = torch.zeros(shape)
-            state[f"blocks.{i}.{part}.weight"] = weight if part.endswith(".proj") else nn.init.orthogonal_(weight)
-        state[f"blocks.{i}.attn.attn_gate_w"] = torch.zeros(h.num_heads, h.gate_window)
-    state.update({"smear_gate.weight": torch.zeros(1, h.gate_window), "smear_lambda": torch.zeros(1),
+        state[f"blocks.{i}.attn.c_q.weight"] = nn.init.orthogonal_(torch.empty(d, d))
+        state[f"blocks.{i}.attn.proj.weight"] = torch.zeros(d, d)
+        state[f"blocks.{i}.attn.c_k.weight"] = nn.init.orthogonal_(torch.empty(kv, d))
+        state[f"blocks.{i}.attn.c_v.weight"] = nn.init.orthogonal_(torch.empty(kv, d))
+    for i in range(n):
+        state[f"blocks.{i}.mlp.fc.weight"] = nn.init.orthogonal_(torch.empty(hidden, d))
+        state[f"blocks.{i}.mlp.proj.weight"] = torch.zeros(d, hidden)
+    for i in range(n):  # (2), (3): constants
+        state[f"blocks.{i}.attn.attn_gate_w"] = torch.zeros(h.num_heads, window)
+    state.update({"smear_gate.weight": torch.zeros(1, window), "smear_lambda": torch.zeros(1),
                   "parallel_post_lambdas": torch.ones(n, 2, 2), "parallel_resid_lambdas": torch.full((n, 2), 1.1)})
     return state, torch.get_rng_state()
 
 
-def test_same_seed_gives_the_chosen_draw_order(tgpt):
-    h = tiny(tgpt, MODEL_DIM=128, SEED=42)
-    model = tgpt.build_model(h, CPU)
-    after_build = torch.get_rng_state()
-    expected, after_spec = spec_0427_initial_state(h)
-    flat = tgpt.unbank_state_dict(model.state_dict())
-    assert [name for name in expected if not torch.equal(flat[name], expected[name])] == []
-    assert torch.equal(after_build, after_spec)  # not one draw more or less
-    drawn = tgpt.build_model(tiny(tgpt, MODEL_DIM=128, SEED=42, INIT_LINEAR_DRAWS=1), CPU)
-    assert not torch.equal(drawn.qo_bank, model.qo_bank)  # so the test sees whether those draws happen
+def test_same_seed_gives_the_records_draw_order(tgpt):
+    """Every initial tensor bit for bit, and not one draw more or less, at two seeds."""
+    for seed in (42, 7):
+        h = tiny(tgpt, MODEL_DIM=128, SEED=seed)
+        model = tgpt.build_model(h, CPU)
+        after_build = torch.get_rng_state()
+        expected, after_spec = spec_0427_initial_state(h)
+        flat = tgpt.unbank_state_dict(model.state_dict())
+        assert set(expected) <= set(flat)
+        assert [name for name in expected if not torch.equal(flat[name], expected[name])] == []
+        assert torch.equal(after_build, after_spec)
+    # so the test sees the order: 04-09's per-layer loop, and its nn.Linear draws, give other matrices
+    for env in ({"INIT_MLP_AFTER_ATTENTION": 0}, {"INIT_LINEAR_DRAWS": 1}, {"SMEAR_GATE_ENABLED": 0}):
+        other = tgpt.build_model(tiny(tgpt, MODEL_DIM=128, SEED=7, **env), CPU)
+        assert not torch.equal(other.mlp_up_bank, model.mlp_up_bank)
 
 
 # ---- the forward (SPEC_0427 §4) ----
@@ -170,10 +183,11 @@ def token_ids(h, seed, rows=2, length=32):
 def spec_0427_forward(tg, h, model, ids, looping, inputs=None, variant=""):
     """SPEC_0427 §4's forward written out from `model`'s weights: SmearGate (BOS-masked) on the embedding, rms, x0;
     04-09's layer lists, skips and sequential blocks; attention with q/k norm, partial RoPE, q gain, XSA, then the
-    sparse gate per head; two lanes from PARALLEL_START_LAYER (skips into lane 0; attention reads lane 0 mixed with
-    x0, the MLP lane 1; lane k = r_k lane k + P_0k a + P_1k b); the lanes' mean; soft-capped tied logits. `inputs`
-    collects each matrix's input by name. `variant` changes one detail, so the test can see the reference is
-    sensitive to it: "no_bos_mask", "skip_into_lane1", "post_transposed"."""
+    sparse gate per head; two lanes from PARALLEL_START_LAYER (at the first such layer lane0 = lane1 = x, then a skip,
+    if any, goes into lane 0 only; attention reads lane 0 mixed with x0, the MLP lane 1; lane k = r_k lane k +
+    P_0k a + P_1k b); the lanes' mean; soft-capped tied logits. `inputs` collects each matrix's input by name.
+    `variant` changes one detail, so the test can see the reference is sensitive to it: "no_bos_mask",
+    "skip_into_lane1", "post_transposed", "lanes_after_skip" (both lanes start from x after the first skip)."""
     n, d = h.num_layers, h.model_dim
     heads, kv_heads, head_dim = h.num_heads, h.num_kv_heads, d // h.num_heads
     window, start = h.gate_window, h.parallel_start_layer
@@ -238,6 +252,8 @@ def spec_0427_forward(tg, h, model, ids, looping, inputs=None, variant=""):
         x = block(i, x)
         stack.append(x)
     for j, i in enumerate(decoder):
+        if i >= start and lanes is None and variant != "lanes_after_skip":
+            lanes = (x, x)
         if j < model.skip_weights.size(0) and stack:
             gate, skip = torch.sigmoid(model.skip_gates[j]), model.skip_weights[j] * stack.pop()
             if lanes is not None and variant == "skip_into_lane1":
@@ -263,11 +279,15 @@ def test_forward_is_spec_0427_forward(tgpt, looping):
     model = randomized(tgpt, h)
     model.looping = looping
     ids = token_ids(h, 1)
+    encoder, decoder = tgpt.layer_orders(h)[looping]
+    first_two_lane = next(j for j, i in enumerate(decoder) if i >= h.parallel_start_layer)
+    assert first_two_lane < min(len(encoder), model.skip_weights.size(0))  # it gets a skip, with a weight not 0
+    assert model.skip_weights[first_two_lane].abs().min() > 0
     with torch.no_grad():
         got = model.forward_logits(ids)
         want = spec_0427_forward(tgpt, h, model, ids, looping)
         assert (got - want).abs().max() < 2e-5
-        for variant in ("no_bos_mask", "skip_into_lane1", "post_transposed"):
+        for variant in ("no_bos_mask", "skip_into_lane1", "post_transposed", "lanes_after_skip"):
             assert (spec_0427_forward(tgpt, h, model, ids, looping, variant=variant) - want).abs().max() > 1e-3
         # each new feature changes the output (so the agreement covers it)
         model.smear_lambda.zero_()

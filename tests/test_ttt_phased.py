@@ -1,6 +1,8 @@
-"""TTT_MODE=lora_phased (SPEC_0427 §10, issue 31) on a tiny random 2026-04-27 model and synthetic documents: each
-target scored once and before anything trains on it (across phases), the LoRA forward against dense weights, the
-phases' documents against §10.5 on 2 gloo ranks, and ranks that finish early waiting in a collective, not on files."""
+"""TTT_MODE=lora_phased (SPEC_0427 §10) on a tiny random 2026-04-27 model and synthetic documents: each target scored
+once and before anything trains on it (across phases), the LoRA forward against dense weights, which documents are
+scored before each phase and trained on in it (§10.5's rule made deterministic) at 1, 2 and 4 gloo ranks, the
+schedule at the record's 8 ranks, a batch of another size on fresh adapters (§12), and ranks that finish early
+waiting in a collective, not on files."""
 import functools
 import subprocess
 import sys
@@ -22,18 +24,25 @@ def spec_documents(tokens):
     return list(zip(starts, starts[1:] + [len(ids) - 1]))  # [first target, end target)
 
 
-def spec_phases(tokens, batch: int, boundaries):
-    """SPEC_0427 §10.2/§10.5 written out: docs sorted by length, batched, queue longest batch first; at each boundary
-    the scored docs (here: whole queue batches up to the first that reaches it) in ascending-length order, cut."""
+def spec_phases(tokens, batch: int, boundaries, world_size: int = 1):
+    """SPEC_0427 §10.2/§10.5 written out: docs sorted by length, batched, queue longest batch first. A rank adds a
+    batch's docs to the shared count when it has scored it; once the count reaches a boundary every rank finishes
+    the batch it holds: the batch that crossed it and the W - 1 after it in the queue (the other ranks') are scored,
+    and the phase trains on the scored docs in ascending-length order, the first `boundary`; a phase with nothing
+    left to score after it does not run. -> (docs, queue, [(queue batches scored before the phase, its docs)])."""
     docs = spec_documents(tokens)
     ascending = sorted(range(len(docs)), key=lambda d: (docs[d][1] - docs[d][0], d))
     batches = [ascending[i:i + batch] for i in range(0, len(ascending), batch)]
     queue = sorted(batches, key=lambda b: -max(docs[d][1] - docs[d][0] for d in b))
-    phases, scored = [], []
+    phases, count, pending = [], 0, list(boundaries)
     for q, docs_q in enumerate(queue):
-        scored += docs_q
-        while len(phases) < len(boundaries) and len(scored) >= boundaries[len(phases)] and q + 1 < len(queue):
-            phases.append((q + 1, [d for d in ascending if d in scored][:boundaries[len(phases)]]))
+        count += len(docs_q)
+        while pending and count >= pending[0]:
+            held = min(len(queue), q + world_size)  # the crossing batch, then the W - 1 the other ranks hold
+            if held < len(queue):
+                scored = {d for b in queue[:held] for d in b}
+                phases.append((held, [d for d in ascending if d in scored][:pending[0]]))
+            pending.pop(0)
     return docs, queue, phases
 
 
@@ -43,14 +52,14 @@ def base(tgpt):
 
 
 def first_call_scoring(record, targets: set) -> int:
-    return next(i for i, (scored, _) in enumerate(record["scores"]) if targets & set(scored.tolist()))
+    return next(i for i, (scored, _, _) in enumerate(record["scores"]) if targets & set(scored.tolist()))
 
 
 def test_each_target_is_scored_once_and_the_phases_run(base):
     tokens, record = synthetic_tokens(), base
-    scored = torch.cat([targets for targets, _ in record["scores"]])
+    scored = torch.cat([targets for targets, _, _ in record["scores"]])
     assert torch.equal(scored.sort().values, torch.arange(tokens.numel() - 1))  # every target, once
-    nll = torch.cat([values for _, values in record["scores"]]).double()
+    nll = torch.cat([values for _, values, _ in record["scores"]]).double()
     assert record["result"][0] == pytest.approx(nll.mean().item(), rel=1e-9)
     _, _, phases = spec_phases(tokens, 3, (3, 7))
     assert [len(docs) for docs in record["gathered"]] == [3, 7] and len(phases) == 2
@@ -66,7 +75,7 @@ def perturbed(tokens, first: int, end: int, seed: int = 1):
 
 
 def assert_same_scores_before(base, other, call: int):
-    for (targets_a, nll_a), (targets_b, nll_b) in zip(base["scores"][:call], other["scores"][:call]):
+    for (targets_a, nll_a, _), (targets_b, nll_b, _) in zip(base["scores"][:call], other["scores"][:call]):
         assert torch.equal(targets_a, targets_b) and torch.equal(nll_a, nll_b)
 
 
@@ -82,7 +91,7 @@ def test_scores_never_depend_on_later_chunks_or_later_documents(tgpt, base):
     call = first_call_scoring(base, set(range(first, first + chunk)))
     assert_same_scores_before(base, other, call)
     same_batch = {t for d in queue[0] if d != long_doc for t in range(*docs[d])}
-    for (targets, nll_a), (_, nll_b) in zip(base["scores"][call:], other["scores"][call:]):
+    for (targets, nll_a, _), (_, nll_b, _) in zip(base["scores"][call:], other["scores"][call:]):
         keep = torch.tensor([t in same_batch for t in targets.tolist()], dtype=torch.bool)
         assert torch.equal(nll_a[keep], nll_b[keep])
     assert not torch.equal(base["scores"][call][1], other["scores"][call][1])  # the redrawn targets' own scores
@@ -155,27 +164,65 @@ def test_lora_nll_reads_the_first_rows_of_the_eval_length_rope_table(tgpt):
         assert torch.equal(got, expected), (length, (got - expected).abs().max())
 
 
-def test_two_ranks_gather_the_spec_documents_and_wait_in_collectives(tmp_path):
-    """tests/scripts/ttt_phased_ranks.py on 2 gloo ranks, rank 0 slowed by DELAY per batch: both ranks gather §10.5's
-    documents at §10.5's boundaries (rank r scores queue batches r, r + 2, ...), together every target once; rank 1
-    waits for rank 0 inside collectives (>= one DELAY per phase), and neither rank opens a file during the eval."""
-    out = tmp_path / "rank"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(REPO / "tests" / "scripts" / "ttt_phased_ranks.py"), str(out)]
-    proc = subprocess.run(command, env=run_env({}), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = [torch.load("%s.%d" % (out, rank)) for rank in range(2)]
-    tokens = synthetic_tokens()
-    docs, queue, phases = spec_phases(tokens, 3, (3, 7))
-    assert len(phases) == 2
-    for rank, record in enumerate(records):
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_the_ranks_score_and_train_on_the_spec_documents_at_each_phase(tgpt, tmp_path, world_size):
+    """tests/scripts/ttt_phased_ranks.py on 1 process or on W gloo ranks (40 documents in 14 batches of 3, the
+    longest alone first; rank 0 slowed by DELAY per batch): over all ranks, exactly the targets of the queue batches
+    that spec_phases says are scored before phase k are scored before it (each target once, overall), every rank
+    trains on spec_phases' documents, all ranks report the same result, and none opens a file during the eval. At 2
+    ranks the other rank waits for rank 0 inside collectives (>= one DELAY per phase)."""
+    tokens = synthetic_tokens(docs=40)
+    docs, queue, phases = spec_phases(tokens, 3, (3, 7), world_size)
+    assert len(queue) == 14 and [held for held, _ in phases] == [1 + world_size, 2 + world_size]
+    if world_size == 1:
+        records = [run_phased(tgpt, tokens)]
+    else:
+        out = tmp_path / "rank"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
+                   str(REPO / "tests" / "scripts" / "ttt_phased_ranks.py"), str(out), "40"]
+        proc = subprocess.run(command, env=run_env({}), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        records = [torch.load("%s.%d" % (out, rank)) for rank in range(world_size)]
+    targets_of = lambda batches: sorted(t for b in batches for d in b for t in range(*docs[d]))  # noqa: E731
+    bounds = [0] + [held for held, _ in phases] + [len(queue)]
+    for k in range(len(phases) + 1):  # the targets scored between phase k - 1 and phase k, over the ranks
+        scored = sorted(t for record in records for targets, _, ran in record["scores"] if ran == k
+                        for t in targets.tolist())
+        assert scored == targets_of(queue[bounds[k]:bounds[k + 1]]), k
+    for record in records:
         assert record["gathered"] == [docs_k for _, docs_k in phases]
-        mine = sorted(t for q in range(rank, len(queue), 2) for d in queue[q] for t in range(*docs[d]))
-        assert sorted(torch.cat([t for t, _ in record["scores"]]).tolist()) == mine
-        assert record["opened"] == []
         assert record["result"] == records[0]["result"]
-    waited = sum(seconds for _, seconds in records[1]["waits"])
-    assert waited >= 2 * DELAY, records[1]["waits"]  # rank 0 has a batch more than rank 1 before each phase
+        assert record.get("opened", []) == []
+    if world_size == 2:
+        waited = sum(seconds for _, seconds in records[1]["waits"])
+        assert waited >= 2 * DELAY, records[1]["waits"]  # rank 0 takes each segment's first batch
+
+
+def test_the_schedule_at_8_ranks_gives_the_records_phases_and_balances_the_ranks(tgpt):
+    """The record's eval (SPEC_0427 §10.2, §10.5): 50,000 documents in 782 batches, the first of 16, boundaries 833,
+    1,666, 2,500; its seed-42 log paused with 1,296 / 2,128 / 2,960 documents scored on 8 GPUs (1 GPU: the crossing
+    batch alone). Between phases each batch goes to the rank whose batches so far cost least (ties: the lower)."""
+    docs = [16] + [64] * 781
+    for world_size, scored in ((8, [1296, 2128, 2960]), (1, [848, 1680, 2512])):
+        phases, assignment = tgpt.ttt_schedule(docs, [1.0] * 782, (833, 1666, 2500), world_size)
+        assert [boundary for _, boundary in phases] == [833, 1666, 2500]
+        assert [sum(docs[:held]) for held, _ in phases] == scored
+        assert len(assignment) == 4 and all(len(ranks) == world_size for ranks in assignment)
+        assert sorted(q for ranks in assignment for batches in ranks for q in batches) == list(range(782))
+    # costs 10, 9, 2, 2, 2, 2, 7 on 2 ranks, one phase after the first 4 batches, then after all 7 (no phase)
+    phases, assignment = tgpt.ttt_schedule([1] * 7, [10, 9, 2, 2, 2, 2, 7], (3, 7), 2)
+    assert phases == [(4, 3)]  # boundary 7 is reached only by the last batch: nothing left after it
+    assert assignment == [[[0, 3], [1, 2]], [[4, 6], [5]]]  # loads 12/11, then 9/2 (the 7 to the free rank 0)
+
+
+def test_a_batch_of_another_size_gets_fresh_adapters_and_leaves_the_reusable_ones(tgpt):
+    """SPEC_0427 §12: the queue's first batch (here the 1 longest of 40 documents; the record's: 16) runs on a fresh
+    LoRA; the next batch of the same rank starts from the reusable adapters' A as they were (their first draw)."""
+    record = run_phased(tgpt, synthetic_tokens(docs=40))
+    h = tgpt.Hyperparameters.from_env(TTT_ENV)
+    first = tgpt.BatchedLoRA(h, sum(map(len, random_model(tgpt, h).layer_orders[True])), 3, torch.device("cpu")).a
+    assert all(torch.equal(record["batch_a"][1][kind], first[kind]) for kind in first)
+    assert not any(torch.equal(record["batch_a"][0][kind], first[kind]) for kind in first)
 
 
 def test_the_settings_are_checked_at_start_up(tgpt):

@@ -1,8 +1,8 @@
 """The phased LoRA TTT (TTT_MODE=lora_phased) of a tiny random 2026-04-27 model on synthetic documents, recorded:
-every scoring call's targets and nll in call order, each phase's gathered documents and SGD stream length. Imported
-by tests/test_ttt_phased.py for one process; run under torchrun (2 gloo ranks) it also slows rank 0 by DELAY seconds
-per batch, records the time each rank spends inside collectives and any file it opens during the eval, and saves
-rank r's record to argv[1] + ".r"."""
+every scoring call's targets, nll and the phases run before it, each phase's SGD documents and stream length, and
+each batch's adapters A at its start. Imported by tests/test_ttt_phased.py for one process; run under torchrun (gloo
+ranks; argv[2]: the number of documents) it also slows rank 0 by DELAY seconds per batch, records the time each rank
+spends inside collectives and any file it opens during the eval, and saves rank r's record to argv[1] + ".r"."""
 import builtins
 import contextlib
 import os
@@ -51,25 +51,28 @@ class Quiet:
 @contextlib.contextmanager
 def recorded(tg, record: dict):
     """Wraps the eval's helpers (module globals) to record what they are given and return."""
-    originals = {name: getattr(tg, name) for name in ("accumulate_scores", "gather_phase_documents",
-                                                       "global_sgd_phase")}
-    record.update(scores=[], gathered=[], streams=[])
+    originals = {name: getattr(tg, name) for name in ("accumulate_scores", "phase_documents", "global_sgd_phase",
+                                                       "lora_ttt_batch")}
+    record.update(scores=[], gathered=[], streams=[], batch_a=[])
 
     def accumulate_scores(sums, nll, scored, targets, target_bytes):
-        record["scores"].append((targets[scored].clone(), nll[scored].clone()))
+        record["scores"].append((targets[scored].clone(), nll[scored].clone(), len(record["gathered"])))
         return originals["accumulate_scores"](sums, nll, scored, targets, target_bytes)
 
-    def gather_phase_documents(*args):
-        record["gathered"].append(originals["gather_phase_documents"](*args).tolist())
+    def phase_documents(*args):
+        record["gathered"].append(originals["phase_documents"](*args).tolist())
         return torch.tensor(record["gathered"][-1])
 
     def global_sgd_phase(*args):
         record["streams"].append(originals["global_sgd_phase"](*args))
         return record["streams"][-1]
 
-    for name, wrapper in (("accumulate_scores", accumulate_scores), ("gather_phase_documents",
-                                                                     gather_phase_documents),
-                          ("global_sgd_phase", global_sgd_phase)):
+    def lora_ttt_batch(h, dist_info, nll_fn, lora, *args):
+        record["batch_a"].append({kind: a.detach().clone() for kind, a in lora.a.items()})
+        return originals["lora_ttt_batch"](h, dist_info, nll_fn, lora, *args)
+
+    for name, wrapper in (("accumulate_scores", accumulate_scores), ("phase_documents", phase_documents),
+                          ("global_sgd_phase", global_sgd_phase), ("lora_ttt_batch", lora_ttt_batch)):
         setattr(tg, name, wrapper)
     try:
         yield record
@@ -79,13 +82,13 @@ def recorded(tg, record: dict):
 
 
 def run_phased(tg, tokens: torch.Tensor, dist_info=None, seed: int = 0) -> dict:
-    """-> {scores, gathered, streams, result (val_loss, val_bpb)} of one phased TTT eval on `tokens`."""
+    """-> {scores, gathered, streams, batch_a, result (val_loss, val_bpb)} of one phased TTT eval on `tokens`."""
     h = tg.Hyperparameters.from_env(TTT_ENV)
     dist_info = dist_info or tg.DistInfo(0, 1, torch.device("cpu"))
     model = random_model(tg, h, seed)
     target_bytes = torch.ones(tokens.numel() - 1, dtype=torch.int32)
     with recorded(tg, {}) as record:
-        record["result"] = tg.phased_ttt_eval(h, dist_info, Quiet(), model, tokens, target_bytes)
+        record["result"] = tg.phased_ttt_eval(h, dist_info, Quiet(), model, tokens, target_bytes, {})
     return record
 
 
@@ -94,7 +97,7 @@ if __name__ == "__main__":
     dist_info = tg.init_distributed(os.environ)
     dist = torch.distributed
     waits, opened = [], []
-    timed = {name: getattr(dist, name) for name in ("all_gather_object", "all_reduce", "barrier")}
+    timed = {name: getattr(dist, name) for name in ("all_reduce", "barrier")}
 
     def timing(name):
         def call(*args, **kwargs):
@@ -106,7 +109,7 @@ if __name__ == "__main__":
         return call
 
     batch = tg.lora_ttt_batch
-    def slow_batch(*args):  # rank 0 is the slow one: rank 1 finishes each phase's share first
+    def slow_batch(*args):  # rank 0 is the slow one: the others finish each phase's share first
         time.sleep(DELAY if dist_info.rank == 0 else 0.0)
         return batch(*args)
 
@@ -119,7 +122,7 @@ if __name__ == "__main__":
         setattr(owner, name.split(".")[-1], lambda *a, _o=original, _n=name, **k: opened.append((_n, a[0])) or
                 _o(*a, **k))
     try:
-        record = run_phased(tg, synthetic_tokens(), dist_info)
+        record = run_phased(tg, synthetic_tokens(docs=int(sys.argv[2])), dist_info)
     finally:
         for name, (owner, original) in file_openers.items():
             setattr(owner, name.split(".")[-1], original)
