@@ -1013,8 +1013,10 @@ class GPT(nn.Module):
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len if h.rope_ntk else math.inf, h.rope_bf16)
         self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
-        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len, h.train_batch_tokens // 8 if  # made
-                                    h.train_loader == "documents" else h.train_seq_len})  # before any compiled forward
+        packed = [h.train_batch_tokens // 8, h.val_batch_size // 8 // h.train_seq_len * h.train_seq_len,  # documents:
+                  h.eval_batch_seqs * h.train_seq_len, h.eval_batch_seqs * h.effective_eval_seq_len]  # plain_eval's rows
+        self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len,  # made before any compiled forward
+                                    *(packed if h.train_loader == "documents" else ())})
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
         self.bigram = ScaledEmbedding(h.bigram_vocab_size, h.bigram_dim, dim, 0.05) if h.bigram_enabled else None
         self.smear = SmearGate(dim) if h.smear_enabled else None
@@ -1746,7 +1748,7 @@ def _qkv_launches(qkv: Tensor, head_dim: int, num_heads: int, rope_dims: int, ha
         meta = dict(EPS=RMS_NORM_EPS, HEAD_DIM=head_dim, HALF=rope_dims // 2, ROPE=rope_dims, NORM_ROPE=part < 2,
                     HAS_GAIN=part == 0, HAS_ADD=part == 2 and has_value_embed, HAS_PLAIN=part == 2 and plain_v,
                     BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
-        launches.append((heads, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),),
+        launches.append((heads, (torch.sym_max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),),
                          (rows, heads, seq_len, column, seq_len * width, width, head_dim), meta))
     return launches
 
@@ -1804,7 +1806,7 @@ def _xsa_launch(y: Tensor, v: Tensor) -> tuple:
     rows = v.numel() // v.size(-1)
     meta = dict(EPS=XSA_EPS, HEAD_DIM=v.size(-1), BLOCK_R=QK_BLOCK_ROWS, num_warps=QK_NUM_WARPS)
     args = (rows, v.size(2), v.size(1), y.size(2) // v.size(2))
-    return y, v.contiguous(), out, args, meta, (max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
+    return y, v.contiguous(), out, args, meta, (torch.sym_max(triton.cdiv(rows, QK_BLOCK_ROWS), 1),)
 
 def _xsa_forward(y: Tensor, v: Tensor) -> Tensor:
     y, v, out, args, meta, grid = _xsa_launch(y, v)
@@ -1823,15 +1825,16 @@ def fused_xsa_op() -> Callable:
                      lambda ctx, grad: tuple(torch.ops.pgolf.xsa_backward(grad, *ctx.saved_tensors)))
 
 def _mlp_launch(launch: dict, a: Tensor, outer: int) -> tuple:
-    """(grid, meta) for A (M, K) times B into (M, outer) tiles; fp32 multiplies in full fp32 ("ieee"), not TF32."""
+    """(grid, meta) for A (M, K) times B into (M, outer) tiles; fp32 multiplies in full fp32 ("ieee"), not TF32. Sizes
+    may be symbolic (a dynamic compiled graph): sym_min/sym_max keep a comparison with M out of the graph's guards."""
     meta = dict(launch)
     per_sm = meta.pop("PROGRAMS_PER_SM")
     tiles = triton.cdiv(a.size(0), meta["BLOCK_M"]) * triton.cdiv(outer, meta["BLOCK_N"])
     if per_sm:
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 1  # 1: interpreter
-        tiles = min(tiles, per_sm * sms)
+        tiles = torch.sym_min(tiles, per_sm * sms)
     meta.update(SLOPE=LEAKY_SLOPE, PRECISION="ieee" if a.dtype == torch.float32 else "tf32")
-    return (max(tiles, 1),), meta
+    return (torch.sym_max(tiles, 1),), meta
 
 def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> Tuple[Tensor, Tensor, Tensor]:
     rows = x.reshape(-1, x.size(-1)).contiguous()
@@ -2390,15 +2393,16 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
     tokens). A model trained on documents (TRAIN_LOADER=documents) gets each batch as one packed row, documents apart
     (SPEC_0427 §5's diagnostic evals, but every target)."""
     seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
-    loss_sum = loss_sum or (lambda x, y, *cu: model(x, y, *cu).double() * y.numel())
+    loss_sum = loss_sum or (lambda x, y, *cu: model(x, y, *cu).double() * (y >= 0).sum())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
     specs = [(start, min(start + batch_seqs, last)) for start in range(first, last, batch_seqs)]
     def build(spec):
         window = val.tokens[spec[0] * seq_len:spec[1] * seq_len + 1].astype(np.int64)
-        if h.train_loader == "documents":
-            return (window[None, :-1], window[None, 1:],
-                    document_cu_seqlens(window[:-1], BOS_ID, seq_len, CU_SEQLENS_BUCKET))
+        if h.train_loader == "documents":  # padded at the end to a full batch (one shape): causal attention keeps
+            pad = (0, (batch_seqs - spec[1] + spec[0]) * seq_len)  # it out of the real tokens, CE ignores its -100s
+            x, y = np.pad(window[:-1], pad)[None], np.pad(window[1:], pad, constant_values=-100)[None]
+            return x, y, document_cu_seqlens(x[0], BOS_ID, seq_len, CU_SEQLENS_BUCKET)
         return window[:-1].reshape(-1, seq_len), window[1:].reshape(-1, seq_len)
     sums, was_training = torch.zeros(3, dtype=torch.float64, device=dist_info.device), model.training
     sums[2] = val.target_bytes[first * seq_len:last * seq_len].sum()  # this rank's targets
@@ -2409,7 +2413,7 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
                 torch._dynamo.mark_dynamic(entries, 0)
             with autocast_context(dist_info):
                 sums[0] += loss_sum(x, y, *cu_seqlens)
-            sums[1] += y.numel()
+            sums[1] += (y >= 0).sum()
             if every > 0 and (batch % every == 0 or batch == len(specs)):
                 logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
                            % (dist_info.world_size, batch, len(specs), (sums[0] / sums[1]).item(), int(sums[1].item())))
@@ -2421,12 +2425,12 @@ def make_hidden_forward(h, dist_info, model: nn.Module) -> Callable:
     compiled = compile_enabled(h, dist_info)
     return torch.compile(model.forward_hidden, dynamic=False, fullgraph=True) if compiled else model.forward_hidden
 
-def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int, seq_len: int) -> Callable:
+def scoring_loss_sum(model: nn.Module, hidden_forward: Callable, rows: int) -> Callable:
     """plain_eval's loss_sum for the final evals: per-target nll summed in fp64, batches padded to `rows` sequences
-    (a packed row, with cu_seqlens, at its end: causal attention keeps the padding out of every real token)."""
+    (a packed row comes padded; its -100 targets add 0)."""
     def loss_sum(x: Tensor, y: Tensor, *cu_seqlens: Tensor) -> Tensor:
-        padded = F.pad(x, (0, rows * seq_len - x.size(1))) if cu_seqlens else F.pad(x, (0, 0, 0, rows - x.size(0)))
-        logits = model.logits_from_hidden(hidden_forward(padded, None, *cu_seqlens))[:x.size(0), :x.size(1)]
+        padded = x if cu_seqlens else F.pad(x, (0, 0, 0, rows - x.size(0)))
+        logits = model.logits_from_hidden(hidden_forward(padded, None, *cu_seqlens))[:x.size(0)]
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").double().sum()
     return loss_sum
 
@@ -3710,7 +3714,7 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     tokens = device_tokens(val, dist_info.device)
     model.looping = h.num_loops > 0
     def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
-        loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs, seq_len)
+        loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
         return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
     results = {"average": apply_weight_average(logger, model, averages)}
     trained_forward = make_hidden_forward(h, dist_info, model)

@@ -326,7 +326,7 @@ def test_plain_eval_of_a_documents_model_scores_each_target_in_its_own_document(
     assert periodic[0] == pytest.approx(want, rel=2e-4)  # RoPE at row offsets: equal in exact arithmetic
     forward = model.forward_hidden
     final = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), None, model, data,
-                            tgpt.scoring_loss_sum(model, forward, 4, 64), 3, 64)  # padded to 4 sequences
+                            tgpt.scoring_loss_sum(model, forward, 4), 3, 64)  # 3 sequences a batch
     assert final[0] == pytest.approx(want, rel=2e-4)
     dense = tgpt.plain_eval(tgpt.replace(h, train_loader="shuffled"), tgpt.DistInfo(0, 1, CPU), None, model, data)
     assert abs(dense[0] - want) > 0.02, dense[0] - want  # 7x the tolerance above

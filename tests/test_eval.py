@@ -236,7 +236,7 @@ def test_sliding_eval_with_stride_equal_window_is_the_plain_eval(ev):
     plain = ev.plain_eval(h, dist_info(ev), ListLogger(), model, data)  # periodic: the training forward's batch mean
     assert sliding == pytest.approx(plain, rel=1e-6)
     long_h = tiny_h(ev, eval_seq_len=64)  # the plain eval keeps TRAIN_SEQ_LEN whatever the eval length
-    scoring = ev.scoring_loss_sum(model, model.forward_hidden, h.eval_batch_seqs, h.train_seq_len)  # the final evals'
+    scoring = ev.scoring_loss_sum(model, model.forward_hidden, h.eval_batch_seqs)  # the final evals'
     assert ev.plain_eval(long_h, dist_info(ev), ListLogger(), model, data, scoring, h.eval_batch_seqs) == sliding
 
 
