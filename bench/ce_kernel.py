@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from harness import REPO, load_trainer  # noqa: E402
 
 
 def timed_ms(fn, iters: int, cuda: bool) -> float:

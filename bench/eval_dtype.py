@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import ConsoleLogger, configure_kernels, load_trainer  # noqa: E402
+from harness import ConsoleLogger, configure_kernels, load_trainer  # noqa: E402
 
 
 class RecordSoftcap:

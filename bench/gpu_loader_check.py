@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trainer_module import events_elapsed_ms, load_trainer, micro_batch_layout
+from harness import events_elapsed_ms, load_trainer, micro_batch_layout
 
 NEEDED_NAMES = ("make_train_loader", "make_val_feeder", "sequential_host_batches", "shuffled_host_batches",
                 "ShuffledSequences", "list_shards")

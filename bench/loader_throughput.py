@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from trainer_module import load_trainer, micro_batch_layout
+from harness import load_trainer, micro_batch_layout
 
 RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
 NEEDED_NAMES = ("load_data_shard", "make_train_loader", "sequential_host_batches",

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer, micro_batch_layout  # noqa: E402
+from harness import REPO, load_trainer, micro_batch_layout  # noqa: E402
 
 
 def main() -> int:

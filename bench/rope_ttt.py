@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from trainer_module import REPO, ConsoleLogger, configure_kernels, load_trainer
+from harness import REPO, ConsoleLogger, configure_kernels, load_trainer
 
 
 def old_eager_table(tg, model, seq_len, device, dtype):

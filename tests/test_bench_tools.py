@@ -13,8 +13,7 @@ import pytest
 from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(REPO / "bench"))
-from profile_step import family, overlap_report  # noqa: E402
-from step_time import step_flops  # noqa: E402
+from step_time import family, overlap_report, step_flops  # noqa: E402
 
 
 def run_rank_slices(tiny_data, tmp_path, module):
@@ -71,46 +70,57 @@ def test_kernel_families():
 FAKE_TRAINER = '''import os, sys, time
 steps = int(os.environ["ITERATIONS"])
 assert os.environ["MAX_WALLCLOCK_SECONDS"] == "0" and os.environ["VAL_LOSS_EVERY"] == "0"
+print("data_path:%s recipe:%s" % (os.environ.get("DATA_PATH"), os.environ.get("RECIPE")))
+print("attention_backend:cudnn (fastest probe) torch_compile:True")
+print("qk_kernel:triton (auto)")
 for step in range(10, steps + 1, 10):  # 600 ms per step up to step 20, 900 after (looping on)
     print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (
         step, steps, 6 - step / 100, 600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
     if step == 20:
         print("layer_loop:enabled step:20 frac:0.667 encoder:[0, 1] decoder:[1, 2]")
 print("step:%d/%d val_loss:2.4000 val_bpb:1.4321 train_time:%dms step_avg:602.50ms" % (steps, steps, steps * 600))
-print("data_wait total_ms:12.0 per_step_ms:0.480")
+print("data_wait total_ms:12.0 per_step_ms:0.480 fraction_of_train_time:0.00080")
 print("peak memory allocated: 20160 MiB", flush=True)
 time.sleep(120)  # the end-of-run evals: step_time.py must stop the run here
 '''
 
 
 def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
-    """bench/step_time.py on a stand-in script that prints the challenge's log lines: the last train step_avg, the
-    MFU from the model-FLOP count, peak memory, data wait, the final val bpb and the chosen losses; the run is
+    """bench/step_time.py train on a stand-in script that prints the challenge's log lines: the last train step_avg,
+    the MFU from the model-FLOP count, peak memory, data wait, the final val bpb, the chosen losses, the mean ms/step
+    in windows, the ratio to the first row and the kernels; a recipe preset sets its RECIPE and data; the run is
     stopped at its peak-memory line instead of waiting for the evals."""
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAINER)
+    (tmp_path / "sp8192").mkdir()
+    (tmp_path / "sp8192.model").write_text("")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "--script", str(script),
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "train", "--script", str(script),
                            "--steps", "30", "--loss-at", "10", "30", "--out-dir", str(tmp_path / "logs"),
-                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216",
-                           "--config", "recipe:RECIPE=2026-04-09", "--window", "10:20", "--window", "20:"],
+                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216", "--config", "0409",
+                           "--sp8192", str(tmp_path / "sp8192"), "--sp8192-tokenizer", str(tmp_path / "sp8192.model"),
+                           "--window", "10:20", "--window", "20:"],
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "done")
+        if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "==")
             rows[parts[1]] = parts
-    record, small, recipe = rows["record"], rows["small"], rows["recipe"]
-    assert record[2] == small[2] == "603.00"  # the last train step line's step_avg
-    assert record[3] == "%.0f" % (786432 / 0.603) and small[3] == "%.0f" % (393216 / 0.603)
-    assert record[4] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
+    record, small, recipe = rows["record"], rows["small"], rows["0409"]
+    assert record[2] == small[2] == "1"  # nproc
+    assert record[3] == small[3] == "603.00"  # the last train step line's step_avg
+    assert record[4] == "%.0f" % (786432 / 0.603) and small[4] == "%.0f" % (393216 / 0.603)
+    assert record[5] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
     assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
-    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00"]
-    assert recipe[4] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
-    log_lines = (tmp_path / "logs" / "fake_train__small.log").read_text().splitlines()
+    assert record[6:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00", "1.000",
+                          "attn=cudnn", "qk=triton"]
+    assert recipe[5] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
+    log_lines = (tmp_path / "logs" / "fake_train__small__1.log").read_text().splitlines()
     assert sum(line.startswith("step:") for line in log_lines) == 4
+    preset_log = (tmp_path / "logs" / "fake_train__0409__1.log").read_text()
+    assert "data_path:%s recipe:2026-04-09" % (tmp_path / "sp8192") in preset_log
 
 
 def test_model_variants_floors_remove_only_their_component():
@@ -120,8 +130,8 @@ def test_model_variants_floors_remove_only_their_component():
     floor_no_token_sums freezes exactly the parameters whose gradients are sums over all tokens."""
     import torch
     import torch.nn.functional as F
-    import model_variants
-    from trainer_module import load_trainer
+    import step_time as model_variants
+    from harness import load_trainer
 
     tg = load_trainer()
     generator = torch.Generator().manual_seed(0)
@@ -156,7 +166,7 @@ def test_eval_dtype_scores_the_trainer_s_sliding_eval_and_all_three_agree_in_fp3
     bf16, the record's soft cap (b) and the fp32 reference (c) give the same score. The CLI prints the table."""
     import torch
     import eval_dtype
-    from trainer_module import load_trainer
+    from harness import load_trainer
 
     tg = load_trainer()
     h = tg.Hyperparameters.from_env(dict(tiny_data["env"], EVAL_STRIDE="32"))
@@ -212,7 +222,7 @@ def test_ttt_eval_estimate_simulates_the_static_split_the_phase_barrier_and_a_fr
     chunks of 4 s. With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the batch of
     10- and 100-token documents, 2 rows throughout, costs half. The record's logs give 782 batches, the longest
     first, 50,000 documents."""
-    import ttt_eval_estimate as estimate
+    import eval_speed as estimate
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, EVAL_SEQ_LEN="128", TTT_LORA_CHUNK="16"))
     cost = {"doc_batch": 64, "lora_step_ms": {"64": 1000.0, "128": 2000.0}, "sgd_ms": {"2": 4000.0}}
     batches = [[100, 100], [48, 48], [48, 48], [48, 48]]
