@@ -75,13 +75,6 @@ def micro_batch_layout(h, dist_info) -> SimpleNamespace:
                            seq_len=h.train_seq_len, span=local_tokens + 1)
 
 
-def events_elapsed_ms(event_pairs) -> float:
-    """Sum of elapsed_time over (before, after) CUDA event pairs; waits for them."""
-    for _, after in event_pairs:
-        after.synchronize()
-    return sum(before.elapsed_time(after) for before, after in event_pairs)
-
-
 def torchrun(nproc: int, *args) -> list:
     """torch's launcher of this Python (a bare image puts no `torchrun` on PATH)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
