@@ -1,34 +1,22 @@
-"""Does a training step wait for its data, and can the loaders feed the record's rate? Three modes:
+"""Can the loaders feed the record's rate, and do their device batches arrive intact? (How long a training step
+waits for its batch: the data_wait column of `bench/step_time.py train`, e.g. with its pP_cC presets.) Two modes:
 
-wait      train_gpt.py with TRAIN_PREFETCH 0/1 x TRAIN_COPY_STREAM 0/1, each a separate torchrun of the real
-          training loop (preset `record`: the record model and batch; `small`: a small eager model logging every
-          step), one table: step_avg, data wait per step and its share of the step, and whether the losses equal
-          the first run's. The first combination runs twice as a control: if it repeats its losses bit for bit,
-          every other combination must too (same tokens, same order, same math); a mismatch exits 1.
-producer  (CPU or GPU) each loader's producer in tokens/s per rank against what the record consumes (98,304 tokens
-          per rank per 83.4 ms step: 1.18M tokens/s), for the record's batch as rank 0 of 8 and as the one rank of 1
-          (grad_accum 8), after a first batch that loads the first shard; best of three windows, each crossing >= 2
-          shard loads, on random-token shards (--data-dir: kept; default: a temporary folder). Rows: record-style
-          (the record's loader: every rank concatenates the whole world_size*span chunk, then slices), builder (the
-          SPEC §3 batch builder alone, in this thread, pinned on CUDA), loader p0/p1 (make_train_loader with
-          TRAIN_PREFETCH 0/1, consumed as fast as it produces), and for TRAIN_LOADER=shuffled (SPEC_0409 §3): its
-          builder, its RNG plan alone, "shuffled xN" (the gather split over N threads: not in the trainer, it
-          measures whether such a split would help) and its loader; --cold: the shuffled rows again with the shards
-          evicted from the page cache before each window (the random reads go to the disk).
-check     (CUDA) the copy-stream logic, no model: for TRAIN_LOADER sequential and shuffled x TRAIN_PREFETCH 0/1 x
-          TRAIN_COPY_STREAM 0/1 (as the one rank of W=1 and as rank 3 of W=8) and VAL_PREFETCH 0/1 x
-          VAL_COPY_STREAM 0/1, every device batch equals the CPU synchronous loader's (or the plain val loop's) bit
-          for bit, read on the compute stream only after it was made to lag (torch.cuda._sleep) and the loop dropped
-          its references (memory handed back for reuse too early shows as wrong data); data_wait stats come back
-          (host ms, one CUDA event pair per batch); no thread is left running. --negative-control: the copy-stream
-          modes again with Tensor.record_stream disabled, how many batches then arrive corrupted (shows the check
-          can see a missing record_stream). Exit 0 when every check passes.
+producer  (CPU or GPU) each loader's producer in tokens/s per rank against the record's need (98,304 tokens per rank
+          per 83.4 ms step), for the record's batch as rank 0 of 8 and as the one rank of 1, on random-token shards;
+          best of three windows, each crossing >= 2 shard loads. Rows: record-style (every rank concatenates the
+          whole world_size*span chunk, then slices, as the record's loader), builder (the SPEC §3 batch builder alone,
+          pinned on CUDA), loader p0/p1 (make_train_loader with TRAIN_PREFETCH 0/1), and for TRAIN_LOADER=shuffled:
+          its RNG plan alone, its builder, "shuffled xN" (the gather split over N threads: would such a split help?)
+          and its loader; --cold: the shuffled rows again with the shards evicted from the page cache.
+check     (CUDA, no model) for TRAIN_LOADER sequential and shuffled x TRAIN_PREFETCH 0/1 x TRAIN_COPY_STREAM 0/1 (as
+          the rank of W=1 and as rank 3 of W=8) and VAL_PREFETCH 0/1 x VAL_COPY_STREAM 0/1: every device batch equals
+          the CPU synchronous loader's bit for bit, read only after the compute stream was made to lag and the loop
+          dropped its references (memory reused too early shows as wrong data); data_wait stats come back; no thread
+          is left running. --negative-control: the copy-stream modes with Tensor.record_stream disabled, to show the
+          check sees a missing record_stream. Exit 0 when every check passes.
 
-  python3 bench/data_path.py wait --preset record --steps 120         # 1 GPU
   python3 bench/data_path.py producer [--cold] [--workers 2,4] [--shard-tokens 100000000 --shards 8]
-  python3 bench/data_path.py check [--steps 48] [--negative-control]
-
-Settings of `wait` come from the environment as usual (DATA_PATH, TOKENIZER_PATH, ...)."""
+  python3 bench/data_path.py check [--steps 48] [--negative-control]"""
 import argparse
 import itertools
 import math
@@ -45,56 +33,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, load_trainer, micro_batch_layout, run_trainer  # noqa: E402
+from harness import REPO, load_trainer, micro_batch_layout  # noqa: E402
 
 RECORD_TOKENS_PER_SECOND = 98_304 / 0.0834
 SEQ_LEN = 2048
 QUIET = SimpleNamespace(log=lambda message, console=True: None)
-PRESETS = {
-    # the record model and batch; no warmdown/QAT/SWA, so every step does the same work
-    "record": {"WARMDOWN_ITERS": "0", "LATE_QAT_THRESHOLD": "0", "MAX_WALLCLOCK_SECONDS": "0", "VAL_LOSS_EVERY": "0",
-               "WARMUP_STEPS": "5", "FINAL_EVAL": "0", "TRAIN_LOG_EVERY": "20"},
-    # a small eager model: quick, and it logs every step for the bit-identity check
-    "small": {"NUM_LAYERS": "4", "MODEL_DIM": "256", "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "XSA_LAST_N": "2",
-              "VE_LAYERS": "2,3", "TRAIN_SEQ_LEN": "1024", "EVAL_SEQ_LEN": "1024", "TRAIN_BATCH_TOKENS": "65536",
-              "VAL_BATCH_SIZE": "65536", "WARMDOWN_ITERS": "0", "LATE_QAT_THRESHOLD": "0",
-              "MAX_WALLCLOCK_SECONDS": "0", "VAL_LOSS_EVERY": "0", "TORCH_COMPILE": "0", "WARMUP_STEPS": "2",
-              "FINAL_EVAL": "0", "TRAIN_LOG_EVERY": "1"},
-}
-
-
-# ==== wait ====
-def wait(args) -> int:
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    base = dict(os.environ, **PRESETS[args.preset], ITERATIONS=str(args.steps))
-    combos = [(1, 1)] * (1 if args.no_control else 2) + [c for c in itertools.product((0, 1), repeat=2) if c != (1, 1)]
-    rows, stamp = [], time.strftime("%Y%m%d_%H%M%S")  # the trainer refuses a RUN_ID whose log exists
-    for index, (prefetch, copy_stream) in enumerate(combos):
-        label = "p%d_c%d%s" % (prefetch, copy_stream, "_control" if index == 1 and not args.no_control else "")
-        env = dict(base, TRAIN_PREFETCH=str(prefetch), TRAIN_COPY_STREAM=str(copy_stream),
-                   RUN_ID="matrix_%s_%s" % (stamp, label))
-        started = time.perf_counter()
-        result = run_trainer(["train_gpt.py"], env, args.nproc, args.out_dir / f"{label}.log")
-        if result["returncode"] != 0 or not result["loss"] or result["wait_ms"] is None:
-            sys.exit("%s: exit %s, no step or data_wait lines; see %s" % (label, result["returncode"], args.out_dir))
-        rows.append((label, prefetch, copy_stream, result))
-        print("done %s in %.0f s" % (label, time.perf_counter() - started), flush=True)
-    reference, mismatches = rows[0][3]["loss"], 0
-    print("\npreset=%s steps=%d nproc=%d (logs in %s)" % (args.preset, args.steps, args.nproc, args.out_dir))
-    print("%-14s %8s %11s %12s %16s %13s %s" % ("run", "prefetch", "copy_stream", "step_avg_ms", "data_wait_ms/step",
-                                                 "wait_%_step", "losses == first run"))
-    for label, prefetch, copy_stream, result in rows:
-        same = result["loss"] == reference
-        mismatches += not same
-        shown = [s for s in sorted(reference) if s in (1, 10, 20, 50, 100, args.steps)]
-        print("%-14s %8d %11d %12.2f %16.3f %13.4f %s  (%s)" % (
-            label, prefetch, copy_stream, result["step_avg"], result["wait_ms"], 100.0 * result["wait_fraction"],
-            "yes" if same else "NO", " ".join("%d:%s" % (s, result["loss"].get(s)) for s in shown)))
-    if mismatches:
-        print("\n%d run(s) differ from the first: the data path changed what was trained on" % mismatches)
-    return 1 if mismatches else 0
-
-
 # ==== shared by producer and check ====
 def write_shards(directory: Path, sizes) -> None:
     """Random-token shards fineweb_train_<i>.bin of the given token counts (one of the right size is kept)."""
@@ -360,12 +303,6 @@ def check(args) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
-    run = modes.add_parser("wait", help="training runs: data wait per TRAIN_PREFETCH x TRAIN_COPY_STREAM")
-    run.add_argument("--preset", choices=sorted(PRESETS), default="record")
-    run.add_argument("--steps", type=int, default=120)
-    run.add_argument("--nproc", type=int, default=1)
-    run.add_argument("--no-control", action="store_true", help="skip the repeat of the first combination")
-    run.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prefetch_matrix")
     rate = modes.add_parser("producer", help="each loader's tokens/s per rank against the record's need")
     rate.add_argument("--data-dir", type=Path, help="where to write/reuse the shards (default: a temp dir)")
     rate.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard (record: 1e8)")
@@ -378,7 +315,7 @@ def main() -> int:
     for sub in (rate, same):
         sub.add_argument("--module", type=Path, default=REPO / "train_gpt.py", help="file with the data section")
     args = parser.parse_args()
-    return {"wait": wait, "producer": producer, "check": check}[args.mode](args)
+    return {"producer": producer, "check": check}[args.mode](args)
 
 
 if __name__ == "__main__":

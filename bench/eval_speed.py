@@ -2,22 +2,19 @@
 8 GPUs? Three modes:
 
 evals     a short RECIPE=2026-04-27 model (unless --artifact), then on its artifact the sliding-window eval, the
-          full-model score-first TTT (TTT_MODE=full at 04-09's values: lr 0.005, 3 epochs) and the phased LoRA TTT
-          (TTT_PHASE_DOCS scaled to the val set as 2,500 of 50,000 documents), each timed from the artifact's
-          deserialization (compile included) on --nproc GPUs, with each rank's own scoring seconds.
-warmup    on one GPU, without data or an artifact: seconds of the start-up kernel choice, of build_model and of
-          warm_up_lora_ttt as the eval runs it; then the cost model of `estimate`: ms per LoRA step (forward +
-          backward + AdamW) at each row length on TTT_DOC_BATCH rows ("lora_step_ms") and on 32, 8 and 2 rows
-          ("lora_step_ms_rows_<n>": a step computes only the rows whose documents go on), and per global-SGD forward
-          + backward at world sizes 1, 2, 4, 8 (one rank's share of a TTT_CHUNK_TOKENS chunk), each the mean of
-          --repeats steps after one untimed one (one that compiled shows as "recompiled"). Stops at --budget.
-estimate  (CPU) the phased TTT's loop time by simulating its schedule with that cost model: for a val set (--val:
-          our shards' documents; --record-logs: the record's FineWeb val set as its logs describe it) and each
-          world size, every queue batch's LoRA steps (ceil(longest document / TTT_LORA_CHUNK), step s at row length
-          lora_context((s + 1) * chunk), on the rows the trainer computes: from the first whose document goes on, a
-          power of 2 >= 2 of them) cost the measured ms at that length and row count (interpolated between measured
-          counts); rank r scores queue batches r, r + W, ... (the trainer's static split; --greedy: also free rank
-          first); at each phase every rank waits for the last, then all run the phase's SGD chunks.
+          full-model TTT (TTT_MODE=full at 04-09's lr 0.005, 3 epochs) and the phased LoRA TTT (TTT_PHASE_DOCS
+          scaled to the val set as 2,500 of 50,000 documents), each timed from deserialization (compile included)
+          on --nproc GPUs, with each rank's own scoring seconds.
+warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt; then
+          the cost model of `estimate`: ms per LoRA step (forward + backward + AdamW) at each row length on
+          TTT_DOC_BATCH rows ("lora_step_ms") and on 32, 8 and 2 rows ("lora_step_ms_rows_<n>": a step computes only
+          the rows whose documents go on), and per global-SGD forward + backward at world sizes 1, 2, 4, 8 (one
+          rank's share of a TTT_CHUNK_TOKENS chunk); each the mean of --repeats after an untimed one.
+estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cost model for a val set (--val: our
+          shards' documents; --record-logs: the record's FineWeb val set from its logs) at each world size: each
+          queue batch's LoRA steps at their row lengths on the rows the trainer computes (costs interpolated between
+          measured row counts); rank r scores batches r, r + W, ... (--greedy: also free rank first); at each phase
+          every rank waits for the last, then all run the phase's SGD chunks.
 
   python3 bench/eval_speed.py evals [--nproc 2] [--parts train,sliding,full,phased] [--artifact A.ptz] [--out DIR]
   python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json]
@@ -25,18 +22,15 @@ estimate  (CPU) the phased TTT's loop time by simulating its schedule with that 
   python3 bench/eval_speed.py estimate --cost startup.json --record-logs ../shared/caseops/record_0427_seed*.log \\
       --world 8
 
-evals: DATA_PATH, TOKENIZER_PATH (default .carry/wiki_caseops and .carry/caseops8192.model); training is ITERATIONS
-(default 600) steps of TRAIN_BATCH_TOKENS (default 131072), no wallclock cap, COMPRESSOR=lzma (no extra modules; the
-artifact's size is not measured). The artifact and the result rows stay under --out (default logs/ttt_bench_<nproc>),
-so a later call (another part, or after a command time limit) reuses them and prints the whole table. warmup:
-settings from the environment (RECIPE defaults to 2026-04-27), the seeded initial model (timings do not depend on
-the weights). estimate: --cost is warmup's JSON; a file without the fewer-row timings models every step on all rows
-(as the trainer computed them before it skipped the rows of finished documents). --record-logs: the record's 782
-batches of 64 documents, the longest first, from the `ttp: bN/782 ... dl:MIN-MAX` lines of its rank-0 logs (213 of
-the 782 in the three seed logs; the others' longest interpolated between logged neighbours; lengths inside a batch
-in even steps of the logarithm), its boundaries 833/1,666/2,500 and SGD chunks per phase (131/219/289 of 32,768
-tokens, its `tttg` lines). Left out of the model: the all-reduce of the SGD gradients, the per-batch host work and
-any compile inside the loop (the warm-up compiles before it)."""
+evals: DATA_PATH, TOKENIZER_PATH (default .carry/wiki_caseops, .carry/caseops8192.model); ITERATIONS (default 600)
+steps of TRAIN_BATCH_TOKENS (default 131072), no wallclock cap, COMPRESSOR=lzma (the artifact's size is not the
+question). Artifact and rows stay under --out (default logs/ttt_bench_<nproc>): a later call (another part, or after
+a time limit) reuses them and prints the whole table. warmup: RECIPE defaults to 2026-04-27; the seeded initial
+model (timings do not depend on the weights). estimate: a cost file without fewer-row timings prices every step on
+all rows; --record-logs reads the `ttp: bN/782 ... dl:MIN-MAX` lines of the record's rank-0 logs (213 of its 782
+batches of 64 documents; the others' longest interpolated, lengths inside a batch in even steps of the logarithm),
+its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines). Not modelled: the SGD
+gradients' all-reduce, per-batch host work, any compile inside the loop (the warm-up compiles before it)."""
 import argparse
 import glob
 import json

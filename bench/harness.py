@@ -189,15 +189,11 @@ def kill_leftover_trainers() -> None:
             pass
 
 
-def gpu_count() -> int:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout
-    return len(out.split())
-
-
 def side_by_side(seconds: int, commands: list) -> int:
-    if len(commands) > gpu_count():
-        sys.exit(f"gpus: {len(commands)} commands but {gpu_count()} GPU(s)")
+    gpus = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                          text=True).stdout.split()
+    if len(commands) > len(gpus):
+        sys.exit(f"gpus: {len(commands)} commands but {len(gpus)} GPU(s)")
     install_wheels()
     kill_leftover_trainers()
     out = Path(os.environ.get("OUT", REPO / "logs" / "gpus"))

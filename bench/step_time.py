@@ -1,37 +1,34 @@
 """How fast is a training step, per recipe and world size, and where does its GPU time go? Three modes:
 
 train    train_gpt.py (or any script with the challenge's log lines, e.g. an older commit's copy) for each script x
-         config x world size, all in this one invocation so before/after rows share the machine state. One table:
+         config x world size, in one invocation so that before/after rows share the machine state; one table of
          step_avg, tokens/s, MFU, peak memory, data wait, the last val bpb, train losses at chosen steps, the step
-         looping switched on, mean ms/step in windows of logged steps, the ratio to the first row and the kernels
-         each run chose. Each run is stopped at its peak-memory line (the end of training), so end-of-run evals cost
-         nothing; --budget caps the whole invocation (a run still going is reported with the steps it logged).
-micro    forward+backward of one compiled micro-step at the configured shape (uniform random tokens, or --tokens
-         shard) for variants of the model code; each variant's first loss and first-gradient norm show whether it
-         kept the math (the first loss alone does not see the MLPs, whose down-projections start at zero).
-profile  a few record-config steps built from the trainer's own functions: step wall with and without a host sync
-         per step, kernel time by family, the top kernels, and under torchrun how much NCCL time overlapped
-         compute; optional Chrome trace.
+         looping switched on, ms/step in windows of logged steps, the ratio to the first row, the kernels chosen.
+         Each run stops at its peak-memory line (the end of training: no end-of-run evals); --budget caps the call.
+micro    forward+backward of one compiled micro-step (random tokens, or --tokens shard) per variant of the model
+         code; the first loss and first-gradient norm show whether a variant kept the math.
+profile  a few steps built from the trainer's functions: step wall with and without a host sync per step, kernel
+         time by family, the top kernels and, under torchrun, the NCCL time that overlapped compute.
 
   python3 bench/step_time.py train --steps 200 --loss-at 10 100 200 --script /tmp/old_train_gpt.py \\
       --script train_gpt.py --config record:             # before/after on 1 GPU (git show C:train_gpt.py > ...)
   python3 bench/step_time.py train --steps 200 --window 10:70 --window 80: --config 0427 --config 0409 \\
       --config 0427_dense --batch-tokens 786432          # the recipes side by side, before/after looping
   python3 bench/step_time.py train --config 0427 --nproc 1 4 --val-every 50   # world sizes, train vs val loss
+  WARMUP_STEPS=5 python3 bench/step_time.py train --expect-same-losses --config p1_c1 --config p1_c1 \\
+      --config p0_c0 --config p0_c1 --config p1_c0   # data wait per TRAIN_PREFETCH x TRAIN_COPY_STREAM, a control
   python3 bench/step_time.py micro --variants base qk_torch mlp_torch floor_mlp_gemms floor_no_attn
   python3 bench/step_time.py micro --variants base inductor:aggressive_fusion=True mode:reduce-overhead
-  python3 bench/step_time.py profile --steps 3 --trace $OUT/trace.json.gz     # under torchrun: NCCL overlap too
+  python3 bench/step_time.py profile --steps 3 --trace $OUT/trace.json.gz
 
-train: a config is LABEL:KEY=VALUE,... (empty after the colon: the script's defaults) or a recipe preset:
-0323 (the defaults), 0409 (RECIPE=2026-04-09 on --sp8192 data), 0427 (RECIPE=2026-04-27 on --caseops data:
-documents loader, document-aware attention), 0427_dense (0427 with TRAIN_LOADER=shuffled: 04-09's rows, dense
-causal attention). Other settings come from the environment. MFU counts the model FLOPs of a step (forward +
-backward = 3x forward: every layer's matmuls, the tied head, the bigram/VE projections, causal attention) of the
-2026-03-23 architecture against --peak-tflops per GPU (H100 SXM dense bf16: 989): n/a for another RECIPE.
-micro: variants are names of VARIANTS below, `inductor:NAME=VALUE` (an inductor config entry, dotted for
-sub-configs, e.g. inductor:triton.mix_order_reduction=False) or `mode:MODE` (torch.compile's mode). `floor_*`
-variants do NOT keep the math: each removes one component's work, so its difference to base is the most that any
-faster kernel for that component could save."""
+train: a config is LABEL:KEY=VALUE,... (nothing after the colon: the defaults) or a preset: 0323, 0409 (on --sp8192
+data), 0427 (on --caseops data: documents loader, document-aware attention), 0427_dense (TRAIN_LOADER=shuffled:
+dense causal attention), pP_cC (TRAIN_PREFETCH=P, TRAIN_COPY_STREAM=C). A config given twice gets a suffix: a
+control run; --expect-same-losses exits 1 unless every run logs the first run's losses bit for bit. MFU: the model
+FLOPs of a 2026-03-23 step (3x the forward's matmuls and causal attention) against --peak-tflops per GPU (H100 SXM
+dense bf16: 989); n/a for another RECIPE. micro: a variant is a name of VARIANTS, `inductor:NAME=VALUE` (a dotted
+inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants remove one component's work, so
+their difference to base is the most any faster kernel for it could save."""
 import argparse
 import ast
 import bisect
@@ -68,19 +65,21 @@ def step_flops(env: dict) -> float:
     return 3.0 * (2 * matmul_weights + attention_per_token) * get("TRAIN_BATCH_TOKENS")
 
 
-def recipe_presets(args) -> dict:
+def presets(args) -> dict:
     caseops = {"DATA_PATH": args.caseops, "TOKENIZER_PATH": args.caseops_tokenizer}
+    data_path = {"p%d_c%d" % pc: {"TRAIN_PREFETCH": str(pc[0]), "TRAIN_COPY_STREAM": str(pc[1])}
+                 for pc in ((0, 0), (0, 1), (1, 0), (1, 1))}
     return {"0323": {"RECIPE": "2026-03-23"},
             "0409": {"RECIPE": "2026-04-09", "DATA_PATH": args.sp8192, "TOKENIZER_PATH": args.sp8192_tokenizer},
             "0427": dict(caseops, RECIPE="2026-04-27"),
-            "0427_dense": dict(caseops, RECIPE="2026-04-27", TRAIN_LOADER="shuffled")}
+            "0427_dense": dict(caseops, RECIPE="2026-04-27", TRAIN_LOADER="shuffled"), **data_path}
 
 
-def parse_config(text: str, presets: dict) -> tuple:
+def parse_config(text: str, known: dict) -> tuple:
     if ":" not in text:
-        if text not in presets:
-            sys.exit(f"--config {text!r}: neither LABEL:KEY=VALUE,... nor a preset ({', '.join(presets)})")
-        return text, presets[text]
+        if text not in known:
+            sys.exit(f"--config {text!r}: neither LABEL:KEY=VALUE,... nor a preset ({', '.join(known)})")
+        return text, known[text]
     label, _, settings = text.partition(":")
     return label or "default", dict(item.split("=", 1) for item in settings.split(",") if item.strip())
 
@@ -91,8 +90,10 @@ def train(args) -> int:
         kill_leftover_trainers()
     subprocess.run([sys.executable, "-c", "import torch; print('torch', torch.__version__, torch.cuda.device_count(),"
                     " 'GPU(s)', torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"])
-    presets = recipe_presets(args)
-    configs = [parse_config(text, presets) for text in (args.config or ["record:"])]
+    configs, labels = [parse_config(text, presets(args)) for text in (args.config or ["record:"])], []
+    for index, (label, settings) in enumerate(configs):  # a config given twice (a control run) gets a suffix
+        labels.append(label if label not in labels else "%s_%d" % (label, index))
+        configs[index] = (labels[-1], settings)
     for _, settings in configs:
         if "DATA_PATH" in settings:
             check_paths("step_time", settings["DATA_PATH"], settings["TOKENIZER_PATH"])
@@ -114,7 +115,11 @@ def train(args) -> int:
                                       args.out_dir / (name + ".log")), flush=True)
         rows.append((str(script), label, nproc, env, result))
     print_train_table(args, rows)
-    return 1 if any(result["step_avg"] is None for *_, result in rows) else 0
+    differ = [label for _, label, _, _, result in rows if result["loss"] != rows[0][4]["loss"]]
+    if args.expect_same_losses and differ:
+        print("\nlosses differ from the first run's: %s (what was trained on, or the math, changed)" % differ)
+    failed = any(result["step_avg"] is None for *_, result in rows)
+    return 1 if failed or (args.expect_same_losses and differ) else 0
 
 
 def print_train_table(args, rows) -> None:
@@ -480,6 +485,8 @@ def main() -> int:
     run.add_argument("--val-every", type=int, default=0, help="VAL_LOSS_EVERY (train/val pairs under the table)")
     run.add_argument("--loss-at", type=int, nargs="+", default=[100, 200], help="steps whose train loss to show")
     run.add_argument("--window", action="append", default=[], help="A:B, mean ms/step between logged steps")
+    run.add_argument("--expect-same-losses", action="store_true",
+                     help="exit 1 unless every run logs the first run's train losses bit for bit")
     run.add_argument("--peak-tflops", type=float, default=989.0)
     run.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     run.add_argument("--budget", type=float, default=0.0, help="seconds for all runs together (0: no cap)")

@@ -47,7 +47,8 @@ print("attention_backend:cudnn (fastest probe) torch_compile:True")
 print("qk_kernel:triton (auto)")
 for step in range(10, steps + 1, 10):  # 600 ms per step up to step 20, 900 after (looping on)
     print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (
-        step, steps, 6 - step / 100, 600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
+        step, steps, 6 - step / 100 + (os.environ.get("TRAIN_PREFETCH") == "0") / 1e4,  # another data path
+        600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
     if step == 20:
         print("layer_loop:enabled step:20 frac:0.667 encoder:[0, 1] decoder:[1, 2]")
 print("step:%d/%d val_loss:2.4000 val_bpb:1.4321 train_time:%dms step_avg:602.50ms" % (steps, steps, steps * 600))
@@ -93,6 +94,25 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
     assert sum(line.startswith("step:") for line in log_lines) == 4
     preset_log = (tmp_path / "logs" / "fake_train__0409__1.log").read_text()
     assert "data_path:%s recipe:2026-04-09" % (tmp_path / "sp8192") in preset_log
+
+
+def test_step_time_exits_1_when_a_data_path_changes_the_losses(tmp_path):
+    """--expect-same-losses: a control run (a config given twice, suffixed) must repeat the first run's losses, and
+    so must every other data path; the stand-in's losses move at TRAIN_PREFETCH=0, so p0_c1 is named and the call
+    fails, while p1_c1 twice and p1_c0 pass."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAINER)
+
+    def run(*configs):
+        command = [sys.executable, str(REPO / "bench" / "step_time.py"), "train", "--script", str(script), "--steps",
+                   "20", "--out-dir", str(tmp_path / "logs"), "--expect-same-losses"]
+        return subprocess.run(command + [arg for config in configs for arg in ("--config", config)],
+                              capture_output=True, text=True, timeout=100)
+    same = run("p1_c1", "p1_c1", "p1_c0")
+    assert same.returncode == 0, same.stdout[-2000:] + same.stderr[-2000:]
+    assert (tmp_path / "logs" / "fake_train__p1_c1_1__1.log").is_file()  # the control run's own log
+    changed = run("p1_c1", "p0_c1")
+    assert changed.returncode == 1 and "losses differ from the first run's: ['p0_c1']" in changed.stdout
 
 
 def test_model_variants_floors_remove_only_their_component():
