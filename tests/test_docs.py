@@ -1,4 +1,4 @@
-"""README and docs/ stay true (issue 36): every `NAME=` they mention is a setting of the trainer or a variable named
+"""README and docs/ stay true: every `NAME=` they mention is a setting of the trainer or a variable named
 below, every relative link resolves (to a file, and to a heading where it names one), README stays a README (at
 most 250 lines, linking every docs page), its commands work after the quick start, and what it says about the test
 command, the CPU settings and the records example is what the repository does."""
@@ -100,7 +100,7 @@ def test_readme_test_command_is_cis_and_lists_skips():
 
 
 def test_no_doc_repeats_the_641_positions_of_the_eager_rope_table():
-    """ROPE_BF16=1 is fp32 positions x bf16-rounded theta, the record's compiled CUDA table (issue 35)."""
+    """ROPE_BF16=1 is fp32 positions x bf16-rounded theta, the record's compiled CUDA table."""
     for path in documents():
         assert "641 distinct positions" not in path.read_text(encoding="utf-8"), path
 

@@ -1,4 +1,4 @@
-"""RECIPE=2026-04-09 (issue 22, SPEC_0409): the recipe table and its overrides, the model (parameter count, layer
+"""RECIPE=2026-04-09 (SPEC_0409): the recipe table and its overrides, the model (parameter count, layer
 lists, looping, parallel residuals, skip gates, bf16 RoPE tables, same-seed init) against references written from
 SPEC_0409 §4, MuonEq-R and clipping of the reduced gradients (a hand computation; 2 gloo ranks vs 1), the
 wallclock-fraction warmdown with the GPTQ reserve in the real training loop, the Hessians of the GPTQ calibration,
