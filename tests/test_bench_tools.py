@@ -169,8 +169,8 @@ def test_gptq_solve_bench_times_every_record_shape(tmp_path):
     assert abs(total - sum(float(row[5]) for row in rows)) < 0.01 + 0.005 * len(rows)
 
 
-def test_ttt_eval_estimate_simulates_the_static_split_the_phase_barrier_and_a_free_rank_first_split(tgpt, tmp_path):
-    """bench/ttt_eval_estimate.py's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
+def test_eval_speed_estimate_simulates_the_static_split_the_phase_barrier_and_a_free_rank_first_split(tgpt, tmp_path):
+    """bench/eval_speed.py estimate's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
     64 (chunk ends <= 64: 1 s) then 128 (2 s); a batch whose longest document has 100 tokens runs 4 + 3 steps (10 s),
     one of 48 tokens 3 steps (3 s). The phase before queue batch 2 waits for the slower rank, then all run 5 SGD
     chunks of 4 s. With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the batch of
