@@ -149,15 +149,20 @@ def window_ms(train_ms: dict, window: str) -> str:
     return "%.2f" % ((train_ms[last] - train_ms[first]) / (last - first))
 
 
-def install_wheels(modules=RECIPE_MODULES) -> dict:
+def install_wheels(modules=RECIPE_MODULES, required: bool = True) -> dict:
     """Makes `modules` importable for this Python and its children: from the carried .whl/ wheels into /tmp/site
-    where the image lacks one. Returns the environment entries it set (empty when nothing was missing)."""
+    where the image lacks one. Returns the environment entries it set (empty when nothing was missing). Without
+    wheels: exits when `required`, else says so and goes on (a run whose recipe needs them then names the module)."""
     probe = "import " + ", ".join(modules)
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:
         return {}
     wheels = sorted(map(str, WHEELS.glob("*.whl")))
     if not wheels:
-        sys.exit(f"{sys.executable} lacks one of {', '.join(modules)} and {WHEELS} holds no wheel")
+        message = f"{sys.executable} lacks one of {', '.join(modules)} and {WHEELS} holds no wheel"
+        if required:
+            sys.exit(message)
+        print(message, file=sys.stderr, flush=True)
+        return {}
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--target", str(SITE), *wheels], check=True, stdout=sys.stderr)
     entries = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")])),
@@ -194,7 +199,7 @@ def side_by_side(seconds: int, commands: list) -> int:
                           text=True).stdout.split()
     if len(commands) > len(gpus):
         sys.exit(f"gpus: {len(commands)} commands but {len(gpus)} GPU(s)")
-    install_wheels()
+    install_wheels(required=False)  # the children inherit PYTHONPATH
     kill_leftover_trainers()
     out = Path(os.environ.get("OUT", REPO / "logs" / "gpus"))
     out.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, check_paths, configure_kernels, kill_leftover_trainers, load_trainer, run_trainer, \
-    window_ms  # noqa: E402
+from harness import REPO, check_paths, configure_kernels, install_wheels, kill_leftover_trainers, load_trainer, \
+    run_trainer, window_ms  # noqa: E402
 
 RECORD_SHAPE = dict(NUM_LAYERS=11, MODEL_DIM=512, NUM_HEADS=8, NUM_KV_HEADS=4, MLP_MULT=3.0, VOCAB_SIZE=1024,
                     TRAIN_SEQ_LEN=2048, TRAIN_BATCH_TOKENS=786432, BIGRAM_DIM=128, VE_DIM=128, VE_LAYERS="9,10")
@@ -88,6 +88,7 @@ def train(args) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if os.environ.get("LEFTOVERS_KILLED") != "1":  # harness.py gpus did it once for all its commands
         kill_leftover_trainers()
+    install_wheels(required=False)  # COMPRESSOR=ans/pergroup recipes check for constriction at start-up
     subprocess.run([sys.executable, "-c", "import torch; print('torch', torch.__version__, torch.cuda.device_count(),"
                     " 'GPU(s)', torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"])
     configs, labels = [parse_config(text, presets(args)) for text in (args.config or ["record:"])], []

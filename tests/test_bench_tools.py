@@ -1,6 +1,7 @@
 """The GPU benchmark tools' own logic, checked on the CPU: step_time's NCCL overlap arithmetic is exact, its train
 table reports what the logs say and its floor variants remove only the component they name; gptq_solve times every
 record shape; eval_speed's estimate simulates the phased TTT's schedule."""
+import re
 import subprocess
 import sys
 import time
@@ -94,6 +95,34 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
     assert sum(line.startswith("step:") for line in log_lines) == 4
     preset_log = (tmp_path / "logs" / "fake_train__0409__1.log").read_text()
     assert "data_path:%s recipe:2026-04-09" % (tmp_path / "sp8192") in preset_log
+
+
+def test_the_harness_reads_the_lines_the_trainer_writes():
+    """harness.parse_log_line against train_gpt.py's own format strings (read from its source and filled in), so a
+    changed log line fails here instead of leaving a benchmark's table empty on a GPU."""
+    import harness
+    source = (REPO / "train_gpt.py").read_text(encoding="utf-8")
+
+    def line(prefix, *values):
+        formats = re.findall(r'"(%s[^"]*)"' % re.escape(prefix), source)
+        assert len(set(formats)) == 1, (prefix, formats)
+        return formats[0] % values
+    result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "wait_fraction": None, "loss": {},
+              "train_ms": {}, "val": {}, "loop_step": None, "kernels": {}, "errors": []}
+    for text in (line("step:%d/%d train_loss", 20, 200, 3.25, 12000.0, 600.0),
+                 line("step:%d/%d val_loss", 200, 200, 2.5, 1.375, 120000.0, 600.0),
+                 line("layer_loop:enabled", 70, 0.35, [0, 1], [2, 3]),
+                 line("data_wait total_ms", 96.0, 0.48, 0.0008),
+                 line("peak memory allocated", 20160, 21000),
+                 line("qk_kernel:", "triton", "auto"), line("attention_backend:", "cudnn", "probe", True),
+                 "error: DATA_PATH=x: no such directory"):
+        harness.parse_log_line(result, text + "\n")
+    assert (result["steps"], result["step_avg"], result["loss"], result["train_ms"]) == (20, 600.0, {20: "3.2500"},
+                                                                                          {20: 12000.0})
+    assert result["val"] == {200: ("2.5000", "1.3750")} and result["loop_step"] == 70
+    assert (result["wait_ms"], result["wait_fraction"], result["peak_mib"]) == (0.48, 0.0008, 20160)
+    assert result["kernels"] == {"qk": "triton", "attn": "cudnn"}
+    assert result["errors"] == ["error: DATA_PATH=x: no such directory"]
 
 
 def test_step_time_exits_1_when_a_data_path_changes_the_losses(tmp_path):
