@@ -1,4 +1,4 @@
-"""RECIPE=2026-04-27, model side (SPEC_0427 §4, §11): the recipe table, the full-size parameter
+"""RECIPE=2026-04-27, model side (issue 30 part C, SPEC_0427 §4, §11): the recipe table, the full-size parameter
 count and dtypes, the same-seed initial weights of the draw order docs/SPEC_0427.md §0 chose, the BOS-masked
 SmearGate, the sparse attention gate and the two-lane decoder against a forward written from the spec, the GPTQ
 Hessians of that forward (attn.proj's input after the gate), the settings' checks and the tiny pipeline on the CPU."""

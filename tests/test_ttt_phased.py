@@ -1,4 +1,4 @@
-"""TTT_MODE=lora_phased (SPEC_0427 §10) on a tiny random 2026-04-27 model and synthetic documents: each
+"""TTT_MODE=lora_phased (SPEC_0427 §10, issue 31) on a tiny random 2026-04-27 model and synthetic documents: each
 target scored once and before anything trains on it (across phases), the LoRA forward against dense weights, the
 phases' documents against §10.5 on 2 gloo ranks, and ranks that finish early waiting in a collective, not on files."""
 import functools
