@@ -1116,7 +1116,7 @@ class GPT(nn.Module):
     def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, ...]:
         """The model's one RoPE table of this length, made once by eager code and read by every path (training,
         evals, GPTQ calibration, TTT scoring and training): a table built inside a compiled graph would get the
-        backend's roundings instead (issue 35: CUDA inductor drops the bf16 rounding of the positions)."""
+        backend's roundings instead (CUDA inductor drops the bf16 rounding of the positions)."""
         key = (seq_len, dtype, device)
         if key not in self.rope_cache:
             if torch.compiler.is_compiling():

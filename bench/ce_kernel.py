@@ -3,12 +3,10 @@ replaces in training (F.cross_entropy of 30 tanh(x / 30) in fp32, eager and comp
 98,304 rows (one micro-batch of 48 x 2048 tokens) x 8,192 bf16 logits before the softcap, mean over rows. Prints:
   1. forward+backward GPU ms per call and the peak memory above the inputs, per form and per launch configuration
      of the fused op (columns per block x warps; the shipped one is marked);
-  2. the largest differences to an fp64 reference from the same bf16 inputs (loss, dx relative to its largest value);
-  3. with --muon: one Newton-Schulz orthogonalisation of each record bank (qo 22x512x512, kv 22x256x512,
-     up 11x2048x512, down 11x512x2048; bf16, 5 steps, one rank holds every matrix), quintic vs Polar Express.
+  2. the largest differences to an fp64 reference from the same bf16 inputs (loss, dx relative to its largest value).
 One GPU call, about a minute:
 
-  python bench/ce_kernel.py --muon
+  python bench/ce_kernel.py
   python bench/ce_kernel.py --configs 1024x4 2048x8 --rows 16384   # a sweep of BLOCK x num_warps
 
 Without CUDA it runs the same tables on the CPU (host timings, no memory column, no compiled forms) for a check of
@@ -23,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from harness import REPO, load_trainer  # noqa: E402
 
 
 def timed_ms(fn, iters: int, cuda: bool) -> float:
@@ -106,24 +104,6 @@ def ce_table(tg, args, device) -> None:
                                        ((dx.double() - reference_dx).abs().max() / reference_dx.abs().max()).item()))
 
 
-def muon_table(tg, args, device) -> None:
-    cuda = device.type == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
-    shapes = {"qo": (22, 512, 512), "kv": (22, 256, 512), "up": (11, 2048, 512), "down": (11, 512, 2048)}
-    generator = torch.Generator(device=device).manual_seed(1)
-    banks = {name: torch.randn(shape, device=device, generator=generator).to(dtype) for name, shape in shapes.items()}
-    print("\n3. Newton-Schulz of the record's banks, %s, %d steps, ms per call (all four banks)" % (
-        str(dtype).replace("torch.", ""), args.ns_steps))
-    for name in ("quintic", "polar_express"):
-        coefficients = tg.NS_COEFFICIENTS[name]
-        ms = timed_ms(lambda: [tg.newton_schulz5(bank, args.ns_steps, coefficients) for bank in banks.values()],
-                      args.iters, cuda)
-        singular = torch.cat([torch.linalg.svdvals(tg.newton_schulz5(bank[:2], args.ns_steps, coefficients).float())
-                              .flatten() for bank in banks.values()])
-        print("%-14s %8.3f ms   singular values of U in [%.3f, %.3f]" % (name, ms, singular.min().item(),
-                                                                       singular.max().item()), flush=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
@@ -133,18 +113,14 @@ def main() -> int:
     parser.add_argument("--configs", nargs="+", default=["1024x4", "1024x8", "2048x8", "4096x8", "4096x16"],
                         help="fused op launches to time: BLOCK (columns per step) x num_warps")
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--muon", action="store_true", help="also time Newton-Schulz, quintic vs Polar Express")
-    parser.add_argument("--ns-steps", type=int, default=5)
     args = parser.parse_args()
-    tg = load_trainer(args.module, needed=("fused_ce_op", "CE_BLOCK", "NS_COEFFICIENTS"))
+    tg = load_trainer(args.module, needed=("fused_ce_op", "CE_BLOCK"))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if tg.triton is None:
         sys.exit("ce_kernel.py needs the triton package")
     print("device: %s, torch %s" % (torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                                     torch.__version__))
     ce_table(tg, args, device)
-    if args.muon:
-        muon_table(tg, args, device)
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from harness import REPO, load_trainer  # noqa: E402
 
 # name -> (rows, cols, bits, clip sigmas, calls per model)
 RECORD_SHAPES = {"attn.c_q": (512, 512, 6, 12.85, 11), "attn.c_k": (256, 512, 6, 12.85, 11),

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from qk_kernel import timed_ms  # noqa: E402
-from trainer_module import REPO, load_trainer  # noqa: E402
+from harness import REPO, load_trainer  # noqa: E402
 
 DEFAULT_CONFIGS = ["128x128x64x8x3x0", "128x128x64x8x3x1", "128x128x64x8x3x2", "128x128x64x8x4x0",
                    "128x256x64x8x3x0", "128x256x64x8x3x1", "256x128x64x8x3x1", "128x128x64x4x3x2",

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_module import REPO, load_trainer  # noqa: E402
+from harness import REPO, load_trainer  # noqa: E402
 
 
 def timed_ms(fn, iters: int, needle: str = "") -> float:

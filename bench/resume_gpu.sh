@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34's GPU check of checkpoint + resume, ONE call on 1 GPU, under ~9 minutes: RECIPE=2026-04-09 (compiled),
+# Checkpoint + exact resume on a GPU, ONE call on 1 GPU, under ~9 minutes: RECIPE=2026-04-09 (compiled),
 # ITERATIONS=300 of TRAIN_BATCH_TOKENS=65536, no wallclock cap (the schedule is by steps, the same in every run),
 # looping on at step 105. Three runs start together on the GPU: `straight_a` and `straight_b` (uninterrupted: their
 # difference is the run-to-run noise) and `stopped`, which gets SIGTERM once it logged step 150
@@ -22,8 +22,8 @@ export PYTHONUNBUFFERED=1 ITERATIONS=300 TRAIN_BATCH_TOKENS=65536 MAX_WALLCLOCK_
   VAL_LOSS_EVERY=0 TRAIN_LOG_EVERY=10 TTT_ENABLED=0 GPTQ_CALIBRATION_BATCHES=16
 left() { echo $(( DEADLINE - (SECONDS - started) )); }
 
-source bench/gpu_preflight.sh
-gpu_preflight resume_gpu
+preflight=$("$PY" bench/harness.py preflight resume_gpu) || exit 2  # the recipe's codec, the data paths
+eval "$preflight"
 "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 tag=$(date +%H%M%S)
 run() {  # NAME EXTRA_ENV...: the trainer in the background (RUN_ID NAME_$tag unless set), console in $OUT/NAME.*

@@ -1,48 +1,56 @@
-"""Step time of training scripts side by side: one table of step_avg, tokens/s, MFU, peak memory, data wait, the
-last validation bpb and train losses at chosen steps.
+"""How fast is a training step, per recipe and world size, and where does its GPU time go? Three modes:
 
-Any script that follows the challenge's conventions works (env-var settings, `step:N/M train_loss:... step_avg:...`
-and `step:N/M val_loss:... val_bpb:...` lines, `peak memory allocated: N MiB`), e.g. an older commit of our
-train_gpt.py or the record's own script.
-Each (script, config) pair runs under `torchrun --standalone --nproc_per_node=N`; the run is stopped as soon as
-it prints its peak-memory line, so end-of-run evals do not cost time. Everything runs in this one invocation,
-so before/after numbers come from the same machine state.
+train    train_gpt.py (or any script with the challenge's log lines, e.g. an older commit's copy) for each script x
+         config x world size, in one invocation so that before/after rows share the machine state; one table of
+         step_avg, tokens/s, MFU, peak memory, data wait, the last val bpb, train losses at chosen steps, the step
+         looping switched on, ms/step in windows of logged steps, the ratio to the first row, the kernels chosen.
+         Each run stops at its peak-memory line (the end of training: no end-of-run evals); --budget caps the call.
+micro    forward+backward of one compiled micro-step (random tokens, or --tokens shard) per variant of the model
+         code; the first loss and first-gradient norm show whether a variant kept the math.
+profile  a few steps built from the trainer's functions: step wall with and without a host sync per step, kernel
+         time by family, the top kernels and, under torchrun, the NCCL time that overlapped compute.
 
-  git show HEAD~5:train_gpt.py > /tmp/old_train_gpt.py
-  python bench/step_time.py --script /tmp/old_train_gpt.py --script train_gpt.py --steps 120 \\
-      --config record: --config no_prefetch:TRAIN_PREFETCH=0,TRAIN_COPY_STREAM=0
+  python3 bench/step_time.py train --steps 200 --loss-at 10 100 200 --script /tmp/old_train_gpt.py \\
+      --script train_gpt.py --config record:             # before/after on 1 GPU (git show C:train_gpt.py > ...)
+  python3 bench/step_time.py train --steps 200 --window 10:70 --window 80: --config 0427 --config 0409 \\
+      --config 0427_dense --batch-tokens 786432          # the recipes side by side, before/after looping
+  python3 bench/step_time.py train --config 0427 --nproc 1 4 --val-every 50   # world sizes, train vs val loss
+  WARMUP_STEPS=5 python3 bench/step_time.py train --expect-same-losses --config p1_c1 --config p1_c1 \\
+      --config p0_c0 --config p0_c1 --config p1_c0   # data wait per TRAIN_PREFETCH x TRAIN_COPY_STREAM, a control
+  python3 bench/step_time.py micro --variants base qk_torch mlp_torch floor_mlp_gemms floor_no_attn
+  python3 bench/step_time.py micro --variants base inductor:aggressive_fusion=True mode:reduce-overhead
+  python3 bench/step_time.py profile --steps 3 --trace $OUT/trace.json.gz
 
-A config is LABEL:KEY=VALUE,KEY=VALUE (empty after the colon: the script's defaults). DATA_PATH, TOKENIZER_PATH
-and other settings come from the environment. MFU counts the model FLOPs of a training step (forward + backward
-= 3x forward: the matmuls of every layer, the tied head, the bigram/VE projections, and causal attention) against
---peak-tflops (H100 SXM dense bf16: 989); it is the 2026-03-23 architecture's count, so n/a for another RECIPE.
---window A:B adds the mean step time between logged steps A and B (B empty: the last logged step), e.g. before
-and after depth recurrence switches on (the loop@ column: the step of the `layer_loop:enabled` line). --budget
-caps the whole invocation: a run still going at the budget is stopped and reported with the steps it logged.
-
-  python bench/step_time.py --steps 200 --loss-at 50 100 150 200 --window 10:70 --window 80: \
-      --config fused:RECIPE=2026-04-09 --config torch:RECIPE=2026-04-09,QK_KERNEL=torch,MLP_KERNEL=torch
-"""
+train: a config is LABEL:KEY=VALUE,... (nothing after the colon: the defaults) or a preset: 0323, 0409 (on --sp8192
+data), 0427 (on --caseops data: documents loader, document-aware attention), 0427_dense (TRAIN_LOADER=shuffled:
+dense causal attention), pP_cC (TRAIN_PREFETCH=P, TRAIN_COPY_STREAM=C). A config given twice gets a suffix: a
+control run; --expect-same-losses exits 1 unless every run logs the first run's losses bit for bit. MFU: the model
+FLOPs of a 2026-03-23 step (3x the forward's matmuls and causal attention) against --peak-tflops per GPU (H100 SXM
+dense bf16: 989); n/a for another RECIPE. micro: a variant is a name of VARIANTS, `inductor:NAME=VALUE` (a dotted
+inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants remove one component's work, so
+their difference to base is the most any faster kernel for it could save."""
 import argparse
+import ast
+import bisect
+import gzip
+import json
 import os
 import re
-import signal
+import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, check_paths, configure_kernels, install_wheels, kill_leftover_trainers, load_trainer, \
+    run_trainer, window_ms  # noqa: E402
+
 RECORD_SHAPE = dict(NUM_LAYERS=11, MODEL_DIM=512, NUM_HEADS=8, NUM_KV_HEADS=4, MLP_MULT=3.0, VOCAB_SIZE=1024,
                     TRAIN_SEQ_LEN=2048, TRAIN_BATCH_TOKENS=786432, BIGRAM_DIM=128, VE_DIM=128, VE_LAYERS="9,10")
-STEP_LINE = re.compile(r"^step:(\d+)/\d+ train_loss:([\d.]+) train_time:(\d+)ms step_avg:([\d.]+)ms")
-PEAK_LINE = re.compile(r"^peak memory allocated: (\d+) MiB")
-WAIT_LINE = re.compile(r"^data_wait total_ms:[\d.]+ per_step_ms:([\d.]+)")
-VAL_LINE = re.compile(r"^step:(\d+)/\d+ val_loss:[\d.]+ val_bpb:([\d.]+)")
-LOOP_LINE = re.compile(r"^layer_loop:enabled step:(\d+)")
 
 
+# ==== train ====
 def step_flops(env: dict) -> float:
     """Model FLOPs of one optimizer step (forward + backward) for the record architecture at `env`'s shape."""
     get = lambda name: type(RECORD_SHAPE[name])(env.get(name, RECORD_SHAPE[name]))  # noqa: E731
@@ -53,125 +61,457 @@ def step_flops(env: dict) -> float:
     ve_layers = len([part for part in get("VE_LAYERS").split(",") if part.strip()])
     matmul_weights = layers * per_layer + get("VOCAB_SIZE") * dim + get("BIGRAM_DIM") * dim
     matmul_weights += (get("VE_DIM") * kv_dim) if ve_layers else 0
-    seq_len = get("TRAIN_SEQ_LEN")
-    attention_per_token = layers * 2 * seq_len * dim  # QK^T and AV, causal (half of 2*2*T*d)
-    forward_per_token = 2 * matmul_weights + attention_per_token
-    return 3.0 * forward_per_token * get("TRAIN_BATCH_TOKENS")
+    attention_per_token = layers * 2 * get("TRAIN_SEQ_LEN") * dim  # QK^T and AV, causal (half of 2*2*T*d)
+    return 3.0 * (2 * matmul_weights + attention_per_token) * get("TRAIN_BATCH_TOKENS")
 
 
-def stop_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:  # already gone
-        pass
+def presets(args) -> dict:
+    caseops = {"DATA_PATH": args.caseops, "TOKENIZER_PATH": args.caseops_tokenizer}
+    data_path = {"p%d_c%d" % pc: {"TRAIN_PREFETCH": str(pc[0]), "TRAIN_COPY_STREAM": str(pc[1])}
+                 for pc in ((0, 0), (0, 1), (1, 0), (1, 1))}
+    return {"0323": {"RECIPE": "2026-03-23"},
+            "0409": {"RECIPE": "2026-04-09", "DATA_PATH": args.sp8192, "TOKENIZER_PATH": args.sp8192_tokenizer},
+            "0427": dict(caseops, RECIPE="2026-04-27"),
+            "0427_dense": dict(caseops, RECIPE="2026-04-27", TRAIN_LOADER="shuffled"), **data_path}
 
 
-def run_training(script: Path, env: dict, nproc: int, log_path: Path, timeout: float) -> dict:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % nproc,
-               str(script)]
-    result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "loss": {}, "val_bpb": None,
-              "train_ms": {}, "loop_step": None}
-    started = time.perf_counter()  # <log>.stamped: each line after the seconds since the launch (where a run stalls)
-    with open(log_path, "w") as log, open(log_path.with_suffix(".stamped"), "w") as stamped, subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True) as process:
-        stop = threading.Timer(max(timeout, 0.0), stop_group, (process.pid,))  # also while it prints nothing
-        stop.start()
-        for line in process.stdout:
-            log.write(line)
-            stamped.write("%8.1f %s" % (time.perf_counter() - started, line))
-            stamped.flush()
-            step = STEP_LINE.match(line)
-            if step:
-                result["steps"], result["step_avg"] = int(step.group(1)), float(step.group(4))
-                result["loss"][int(step.group(1))] = step.group(2)
-                result["train_ms"][int(step.group(1))] = float(step.group(3))
-            loop = LOOP_LINE.match(line)
-            if loop:
-                result["loop_step"] = int(loop.group(1))
-            val = VAL_LINE.match(line)
-            if val:  # the last one (the end of training: every script validates at its final step)
-                result["val_bpb"] = "%s@%s" % (val.group(2), val.group(1))
-            wait = WAIT_LINE.match(line)
-            if wait:
-                result["wait_ms"] = float(wait.group(1))
-            peak = PEAK_LINE.match(line)
-            if peak:
-                result["peak_mib"] = int(peak.group(1))
-                stop_group(process.pid)  # training is over: skip the end-of-run evals
-                break
-        stop.cancel()
-        process.wait(timeout=60)
-    if result["step_avg"] is None:
-        print("%s: no step lines (stopped at the time limit, or failed); see %s" % (script, log_path), flush=True)
-    return result
-
-
-def window_ms(train_ms: dict, window: str) -> str:
-    """Mean ms/step from logged step A to logged step B of "A:B" (B empty: the last logged step)."""
-    first, _, last = window.partition(":")
-    first, last = int(first), int(last) if last else max(train_ms, default=0)
-    if first not in train_ms or last not in train_ms or last <= first:
-        return "n/a"
-    return "%.2f" % ((train_ms[last] - train_ms[first]) / (last - first))
-
-
-def parse_config(text: str) -> tuple:
+def parse_config(text: str, known: dict) -> tuple:
+    if ":" not in text:
+        if text not in known:
+            sys.exit(f"--config {text!r}: neither LABEL:KEY=VALUE,... nor a preset ({', '.join(known)})")
+        return text, known[text]
     label, _, settings = text.partition(":")
-    pairs = dict(item.split("=", 1) for item in settings.split(",") if item.strip())
-    return label or "default", pairs
+    return label or "default", dict(item.split("=", 1) for item in settings.split(",") if item.strip())
+
+
+def train(args) -> int:
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("LEFTOVERS_KILLED") != "1":  # harness.py gpus did it once for all its commands
+        kill_leftover_trainers()
+    install_wheels(required=False)  # COMPRESSOR=ans/pergroup recipes check for constriction at start-up
+    subprocess.run([sys.executable, "-c", "import torch; print('torch', torch.__version__, torch.cuda.device_count(),"
+                    " 'GPU(s)', torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"])
+    configs, labels = [parse_config(text, presets(args)) for text in (args.config or ["record:"])], []
+    for index, (label, settings) in enumerate(configs):  # a config given twice (a control run) gets a suffix
+        labels.append(label if label not in labels else "%s_%d" % (label, index))
+        configs[index] = (labels[-1], settings)
+    for _, settings in configs:
+        if "DATA_PATH" in settings:
+            check_paths("step_time", settings["DATA_PATH"], settings["TOKENIZER_PATH"])
+    base = dict(os.environ, ITERATIONS=str(args.steps), MAX_WALLCLOCK_SECONDS="0", WARMDOWN_ITERS="0",
+                LATE_QAT_THRESHOLD="0", VAL_LOSS_EVERY=str(args.val_every), TRAIN_LOG_EVERY="10", PYTHONUNBUFFERED="1",
+                **({"TRAIN_BATCH_TOKENS": str(args.batch_tokens)} if args.batch_tokens else {}))
+    runs = [(script, label, settings, nproc) for script in args.script or [REPO / "train_gpt.py"]
+            for label, settings in configs for nproc in args.nproc]
+    rows, end = [], time.monotonic() + (args.budget if args.budget > 0 else float("inf"))
+    for index, (script, label, settings, nproc) in enumerate(runs):
+        env = dict(base, **settings)
+        name = "%s__%s__%d" % (script.stem, label, nproc)
+        share = (end - time.monotonic()) / (len(runs) - index)  # an equal share of what is left of the budget
+        timeout = max(1.0, min(args.timeout, share))
+        print("== %s: nproc %d, at most %.0f s" % (name, nproc, timeout), flush=True)
+        result = run_trainer([script.resolve()], env, nproc, args.out_dir / (name + ".log"), timeout, stop_at_peak=True)
+        if result["step_avg"] is None:
+            print("%s: %s; see %s" % (name, (result["errors"] or ["no step lines (time limit, or failed)"])[-1],
+                                      args.out_dir / (name + ".log")), flush=True)
+        rows.append((str(script), label, nproc, env, result))
+    print_train_table(args, rows)
+    differ = [label for _, label, _, _, result in rows if result["loss"] != rows[0][4]["loss"]]
+    if args.expect_same_losses and differ:
+        print("\nlosses differ from the first run's: %s (what was trained on, or the math, changed)" % differ)
+    failed = any(result["step_avg"] is None for *_, result in rows)
+    return 1 if failed or (args.expect_same_losses and differ) else 0
+
+
+def print_train_table(args, rows) -> None:
+    def reference_ms(result):  # the first window if any (e.g. before looping), else step_avg
+        value = window_ms(result["train_ms"], args.window[0]) if args.window else result["step_avg"]
+        return None if value in (None, "n/a") else float(value)
+    first = reference_ms(rows[0][4]) if rows else None
+    print("\nsteps=%d; model FLOPs/step at the env's shape=%.3g; logs in %s" % (
+        args.steps, step_flops(dict(os.environ)), args.out_dir))
+    print("%-24s %-11s %5s %11s %10s %6s %8s %9s %13s %s %5s %5s%s %6s  %s" % (
+        "script", "config", "nproc", "step_avg_ms", "tokens/s", "MFU", "peak_MiB", "wait_ms", "val_bpb@step",
+        "loss@" + "/".join(map(str, args.loss_at)), "steps", "loop@",
+        "".join(" %10s" % ("ms/step" + window) for window in args.window), "x_1st", "kernels"))
+    for script, label, nproc, env, result in rows:
+        if result["step_avg"] is None:
+            print("%-24s %-11s %5d failed" % (script[-24:], label, nproc))
+            continue
+        step_s = result["step_avg"] / 1000.0
+        mfu = "n/a"
+        if env.get("RECIPE", "2026-03-23") == "2026-03-23":
+            mfu = "%.1f%%" % (100 * step_flops(env) / step_s / (args.peak_tflops * 1e12 * nproc))
+        last_val = max(result["val"], default=None)
+        val = "%s@%d" % (result["val"][last_val][1], last_val) if last_val else "n/a"
+        ratio = reference_ms(result)
+        print("%-24s %-11s %5d %11.2f %10.0f %6s %8s %9s %13s %s %5d %5s%s %6s  %s" % (
+            script[-24:], label, nproc, result["step_avg"],
+            float(env.get("TRAIN_BATCH_TOKENS", RECORD_SHAPE["TRAIN_BATCH_TOKENS"])) / step_s, mfu, result["peak_mib"],
+            "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"], val,
+            "/".join(str(result["loss"].get(s, "-")) for s in args.loss_at), result["steps"],
+            result["loop_step"] or "-", "".join(" %10s" % window_ms(result["train_ms"], w) for w in args.window),
+            "%.3f" % (ratio / first) if ratio and first else "n/a",
+            " ".join("%s=%s" % item for item in result["kernels"].items())))
+    for script, label, nproc, _, result in rows:
+        if len(result["val"]) > 1:
+            print("%s %s nproc %d, step: train_loss/val_loss: %s" % (script[-24:], label, nproc, " ".join(
+                "%d:%s/%s" % (s, result["loss"].get(s, "-"), v[0]) for s, v in sorted(result["val"].items()))))
+
+
+# ==== micro ====
+def force_torch(tg, env_name: str):
+    """The start-up choice gives the PyTorch form for `env_name` (QK_KERNEL or MLP_KERNEL), whatever it probes."""
+    select = tg.select_kernel
+    tg.select_kernel = lambda name, *args: ("torch", "variant") if name == env_name else select(name, *args)
+
+
+def floor_mlp_gemms(tg):
+    import torch.nn.functional as F
+    force_torch(tg, "MLP_KERNEL")
+    tg.leaky_relu_sq_mlp = lambda x, w_up, w_down: F.linear(F.linear(x, w_up), w_down)
+
+
+def floor_no_attn(tg):
+    tg.causal_attention = lambda q, k, v, backend, *args, **kwargs: q
+
+
+def floor_no_norm(tg):
+    rms_norm = tg.rms_norm  # q/k heads (4-D) keep their norm: the fused q/k/v op's start-up probe compares with it
+    tg.rms_norm = lambda x: x if x.dim() == 3 else rms_norm(x)
+
+
+TOKEN_SUM_PARAMS = re.compile(r"skip_weights|smear\.gate|bigram\.scale|ve_shared\.scale|ve_layer_scales\.\d+|"
+                              r"blocks\.\d+\.resid_mix")
+
+
+def floor_no_token_sums(tg):
+    build_model = tg.build_model
+
+    def build_frozen(h, device):
+        model = build_model(h, device)
+        for name, param in model.named_parameters():
+            if TOKEN_SUM_PARAMS.fullmatch(name):
+                param.requires_grad_(False)
+        return model
+    tg.build_model = build_frozen
+
+
+VARIANTS = {
+    "base": [],
+    "qk_torch": [lambda tg: force_torch(tg, "QK_KERNEL")],  # the fused q/k/v op vs its PyTorch form
+    "mlp_torch": [lambda tg: force_torch(tg, "MLP_KERNEL")],  # the fused MLP kernel vs its PyTorch form
+    "floor_mlp_gemms": [floor_mlp_gemms],  # the MLP as its two cuBLAS GEMMs, no activation
+    "floor_no_attn": [floor_no_attn],  # attention returns q
+    "floor_no_norm": [floor_no_norm],  # block/embedding/final RMSNorms are the identity (q/k norms stay)
+    "floor_all": [floor_mlp_gemms, floor_no_attn, floor_no_norm],
+    "floor_no_token_sums": [floor_no_token_sums],  # no gradient for the per-channel vectors summed over all tokens
+}
+
+
+def variant_patches(name: str) -> list:
+    if name in VARIANTS:
+        return VARIANTS[name]
+    kind, _, setting = name.partition(":")
+    if kind == "mode" and setting:
+        return [lambda tg: setattr(tg, "COMPILE_MODE", setting)]  # read by run_variant
+    if kind == "inductor" and "=" in setting:
+        key, _, value = setting.partition("=")
+
+        def patch(tg):  # run_variant restores the whole config afterwards; unknown names fail loudly
+            import torch._inductor.config as inductor_config
+            *path, leaf = key.split(".")
+            target = inductor_config
+            for part in path:
+                target = getattr(target, part)
+            if not hasattr(target, leaf):
+                raise AttributeError("this torch has no inductor config %s" % key)
+            setattr(target, leaf, ast.literal_eval(value))
+        return [patch]
+    sys.exit(f"--variants: {name!r} is none of {', '.join(VARIANTS)}, inductor:NAME=VALUE, mode:MODE")
+
+
+def run_variant(name: str, args) -> tuple:
+    import torch
+    import torch._inductor.config as inductor_config
+    tg = load_trainer(args.module)  # a fresh module per variant: patches never leak into the next one
+    saved_config = inductor_config.get_config_copy()
+    for patch in variant_patches(name):
+        patch(tg)
+    h = tg.Hyperparameters.from_env(dict(os.environ))
+    dist_info = tg.init_distributed({})
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    base = tg.build_model(h, dist_info.device)
+    backend, _ = configure_kernels(tg, h, dist_info, base)
+    mode = getattr(tg, "COMPILE_MODE", None)
+    model = torch.compile(base, dynamic=False, fullgraph=True, mode=mode)
+    rows = h.train_batch_tokens // h.train_seq_len // dist_info.grad_accum_steps
+    if args.tokens == "shard":  # real text (measured: the same time as random ids)
+        shard = tg.load_data_shard(tg.list_shards(h.train_files, "train")[0])
+        ids = torch.from_numpy(shard[:rows * (h.train_seq_len + 1)].astype("int64")).view(rows, -1)
+    else:
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, h.vocab_size, (rows, h.train_seq_len + 1), generator=generator)
+    ids = ids.to(dist_info.device)
+    x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    cudagraphs = mode in ("reduce-overhead", "max-autotune")
+    if cudagraphs:  # grads exist before the first backward, so accumulation adds into them in place instead of
+        for param in base.parameters():  # keeping the graph's output buffer, which the next replay overwrites
+            param.grad = torch.zeros_like(param)
+
+    def micro_step():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with tg.autocast_context(dist_info):
+            loss = model(x, y)
+        loss.backward()
+        return loss.detach()
+
+    start = time.perf_counter()
+    first_loss = micro_step().item()
+    grad_norm = torch.stack([p.grad.float().norm() for p in base.parameters() if p.grad is not None]).norm().item()
+    for _ in range(2):
+        micro_step()
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(args.iters):
+        micro_step()
+    end.record()
+    end.synchronize()
+    micro_ms = begin.elapsed_time(end) / args.iters
+    peak = torch.cuda.max_memory_allocated() / 2 ** 20
+    if args.profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                micro_step()
+            torch.cuda.synchronize()
+        kernels = kernel_times(prof, cuda=True)
+        print_families(kernels, 2, args.profile, prefix="  [%s] " % name)  # ms per micro-step
+    del model, base
+    torch._dynamo.reset()
+    inductor_config.load_config(saved_config)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, grad_norm, compile_s, peak, backend
+
+
+def micro(args) -> int:
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("step_time.py micro needs a CUDA GPU")
+    print("%-28s %10s %15s %12s %14s %10s %10s %s" % ("variant", "micro_ms", "fwd+bwd_ms/step", "first_loss",
+                                                      "first_gradnorm", "compile_s", "peak_MiB", "attention"))
+    for name in args.variants:
+        micro_ms, step_ms, loss, grad_norm, compile_s, peak, backend = run_variant(name, args)
+        print("%-28s %10.2f %15.1f %12.6f %14.6f %10.1f %10.0f %s" % (name[:28], micro_ms, step_ms, loss, grad_norm,
+                                                                      compile_s, peak, backend), flush=True)
+    return 0
+
+
+# ==== profile ====
+FAMILIES = (  # first match wins; matched against the lower-cased kernel name
+    ("nccl", ("nccl",)),
+    ("attention", ("fmha", "flash", "attention", "sdpa", "cudnn")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90_", "matmul")),
+    ("triton", ("triton",)),
+    ("qkv kernel", ("_qkv_heads", "_qk_norm_rope")),  # train_gpt.py's own Triton kernels (QK_KERNEL=triton)
+    ("xsa kernel", ("_xsa_fwd", "_xsa_bwd")),  # (QK_KERNEL=triton too)
+    ("mlp kernel", ("_mlp_up_act_fwd", "_mlp_act_grad_bwd")),  # and its GEMMs with the activation (MLP_KERNEL)
+    ("copy/memset", ("memcpy", "memset", "copy")),
+)
+
+
+def family(name: str) -> str:
+    lowered = name.lower()
+    return next((label for label, needles in FAMILIES if any(needle in lowered for needle in needles)), "other")
+
+
+def overlap_report(device_events, steps: int) -> str:
+    """Per NCCL kernel kind: time per step and the part of it during which a non-NCCL kernel also ran (hidden)."""
+    merged = []
+    for start, end in sorted((e.time_range.start, e.time_range.end) for e in device_events
+                             if "nccl" not in e.name.lower()):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    starts = [interval[0] for interval in merged]
+    kinds = {}
+    for event in device_events:
+        if "nccl" not in event.name.lower():
+            continue
+        start, end = event.time_range.start, event.time_range.end
+        index, hidden = max(bisect.bisect_left(starts, start) - 1, 0), 0.0
+        while index < len(merged) and merged[index][0] < end:
+            hidden += max(0.0, min(end, merged[index][1]) - max(start, merged[index][0]))
+            index += 1
+        entry = kinds.setdefault(event.name.split("(")[0], [0, 0.0, 0.0])
+        entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + end - start, entry[2] + hidden
+    if not kinds:
+        return "no NCCL kernels in the profile (one process, or not on CUDA)"
+    total, hidden = sum(v[1] for v in kinds.values()), sum(v[2] for v in kinds.values())
+    lines = ["NCCL kernel time %.3f ms/step, of which %.3f ms (%.1f%%) overlapped compute kernels" % (
+        total / 1000.0 / steps, hidden / 1000.0 / steps, 100.0 * hidden / total)]
+    for name, (calls, duration, covered) in sorted(kinds.items(), key=lambda item: -item[1][1]):
+        lines.append("  %-60s calls/step %5.1f  ms/step %7.3f  hidden %5.1f%%" % (
+            name[:60], calls / steps, duration / 1000.0 / steps, 100.0 * covered / duration))
+    return "\n".join(lines)
+
+
+def kernel_times(prof, cuda: bool) -> dict:
+    """{kernel name: [calls, ms]} of a profile (on the CPU: the top-level aten ops' CPU time)."""
+    import torch
+    kernels = {}
+    for event in prof.events():
+        if cuda and event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        if cuda and (getattr(event, "is_user_annotation", False) or event.name.startswith("nccl:")):
+            continue  # GPU-side annotations ("nccl:all_reduce" ranges) are not kernels: they double NCCL time
+        if not cuda and not (event.name.startswith("aten::") and event.cpu_parent is None):
+            continue
+        entry = kernels.setdefault(event.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += (event.device_time_total if cuda else event.cpu_time_total) / 1000.0  # us -> ms
+    return kernels
+
+
+def print_families(kernels: dict, steps: float, top: int, prefix: str = "") -> dict:
+    total = sum(ms for _, ms in kernels.values()) or 1.0
+    by_family = {}
+    for name, (_, ms) in kernels.items():
+        by_family[family(name)] = by_family.get(family(name), 0.0) + ms
+    print("\n%s%-12s %12s %8s" % (prefix, "family", "ms/step", "share"))
+    for label, ms in sorted(by_family.items(), key=lambda item: -item[1]):
+        print("%s%-12s %12.2f %7.1f%%" % (prefix, label, ms / steps, 100.0 * ms / total))
+    print("\n%s%-100s %7s %10s %7s" % (prefix, "kernel", "calls/st", "ms/step", "share"))
+    for name, (calls, ms) in sorted(kernels.items(), key=lambda item: -item[1][1])[:top]:
+        print("%s%-100s %7.0f %10.2f %6.1f%%" % (prefix, name[:100], calls / steps, ms / steps, 100.0 * ms / total))
+    return by_family
+
+
+def profile(args) -> int:
+    import torch
+    from torch.profiler import ProfilerActivity
+    tg = load_trainer(args.module)
+    environ = dict(os.environ)
+    h = tg.Hyperparameters.from_env(environ)
+    dist_info = tg.init_distributed(environ)  # under torchrun: one process per GPU, NCCL
+    h.validate_for_world(dist_info.world_size)
+    if not dist_info.is_main:
+        sys.stdout = open(os.devnull, "w")  # rank 0 reports
+    logger = tg.Logger(dist_info, "/tmp/profile_step_logs", h.run_id)  # a fresh uuid unless RUN_ID is set
+    cuda = dist_info.is_cuda
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    base_model = tg.build_model(h, dist_info.device)
+    _, attention = configure_kernels(tg, h, dist_info, base_model)
+    compiled = tg.compile_enabled(h, dist_info)
+    model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
+    optimizers = tg.Optimizers(h, base_model, dist_info)
+    averages = tg.WeightAverages(h, base_model)
+    loader = tg.make_train_loader(h, dist_info, logger)
+    print("attention_backend:%s compiled:%s grad_accum:%d tokens/step:%d" % (
+        attention, compiled, dist_info.grad_accum_steps, h.train_batch_tokens), flush=True)
+
+    def step(sync: bool) -> None:
+        optimizers.zero_grad()
+        tg.run_micro_steps(dist_info, model, loader, lambda phase: None)
+        optimizers.set_schedule(1.0, h.muon_momentum)
+        if h.grad_clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
+        optimizers.step()
+        optimizers.zero_grad()
+        averages.update_ema()
+        if sync:
+            tg.sync_device(dist_info)
+
+    start = time.perf_counter()
+    for _ in range(args.warmup):
+        step(sync=True)
+    print("warmup (compile included): %.1f s" % (time.perf_counter() - start), flush=True)
+    timings = {}
+    for sync in (True, False, True, False):  # the training loop's wallclock check syncs the host every step
+        tg.sync_device(dist_info)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(sync)
+        tg.sync_device(dist_info)
+        timings.setdefault(sync, []).append(1000.0 * (time.perf_counter() - start) / args.steps)
+    for sync, values in timings.items():
+        print("step wall, host sync after each step=%s: %s ms" % (sync, " ".join("%.2f" % v for v in values)))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        tg.sync_device(dist_info)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(sync=True)
+        tg.sync_device(dist_info)
+        wall_ms = 1000.0 * (time.perf_counter() - start) / args.steps
+    kernels = kernel_times(prof, cuda)
+    total = sum(ms for _, ms in kernels.values())
+    print("\nprofiled %d steps: wall %.2f ms/step (profiler on), kernel time %.2f ms/step (%.1f%% of wall)"
+          % (args.steps, wall_ms, total / args.steps, 100.0 * total / args.steps / wall_ms))
+    device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                     and not getattr(e, "is_user_annotation", False) and not e.name.startswith("nccl:")]
+    print(overlap_report(device_events, args.steps))
+    by_family = print_families(kernels, args.steps, args.top)
+    if args.trace is not None and dist_info.is_main:
+        args.trace.parent.mkdir(parents=True, exist_ok=True)
+        raw = args.trace.with_suffix("") if args.trace.suffix == ".gz" else args.trace
+        prof.export_chrome_trace(str(raw))
+        if raw != args.trace:
+            with open(raw, "rb") as src, gzip.open(args.trace, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            raw.unlink()
+        print("trace: %s" % args.trace)
+    print(json.dumps({"wall_ms": wall_ms, "timings": {str(k): v for k, v in timings.items()},
+                      "families_ms_per_step": {k: v / args.steps for k, v in by_family.items()}}))
+    loader.close()
+    logger.close()
+    if dist_info.distributed:
+        torch.distributed.destroy_process_group()
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--script", action="append", type=Path, help="training script(s) (default train_gpt.py)")
-    parser.add_argument("--config", action="append", help="LABEL:KEY=VAL,... (default 'record:')")
-    parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--nproc", type=int, default=1)
-    parser.add_argument("--peak-tflops", type=float, default=989.0)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
-    parser.add_argument("--loss-at", type=int, nargs="+", default=[100, 200],
-                        help="steps whose train loss the table shows (logged every 10 steps)")
-    parser.add_argument("--window", action="append", default=[], help="A:B, mean ms/step between logged steps")
-    parser.add_argument("--budget", type=float, default=0.0, help="seconds for all runs together (0: no cap)")
-    parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "step_time")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    run = modes.add_parser("train", help="train_gpt.py runs side by side: one table")
+    run.add_argument("--script", action="append", type=Path, help="training script(s) (default train_gpt.py)")
+    run.add_argument("--config", action="append", help="LABEL:KEY=VAL,... or a preset (default 'record:')")
+    run.add_argument("--nproc", type=int, nargs="+", default=[1], help="world sizes, one run each")
+    run.add_argument("--steps", type=int, default=120)
+    run.add_argument("--batch-tokens", type=int, default=0, help="TRAIN_BATCH_TOKENS for every run (0: as set)")
+    run.add_argument("--val-every", type=int, default=0, help="VAL_LOSS_EVERY (train/val pairs under the table)")
+    run.add_argument("--loss-at", type=int, nargs="+", default=[100, 200], help="steps whose train loss to show")
+    run.add_argument("--window", action="append", default=[], help="A:B, mean ms/step between logged steps")
+    run.add_argument("--expect-same-losses", action="store_true",
+                     help="exit 1 unless every run logs the first run's train losses bit for bit")
+    run.add_argument("--peak-tflops", type=float, default=989.0)
+    run.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    run.add_argument("--budget", type=float, default=0.0, help="seconds for all runs together (0: no cap)")
+    run.add_argument("--caseops", default=".carry/wiki_caseops", help="CaseOps sp8192 DATA_PATH (presets 0427*)")
+    run.add_argument("--caseops-tokenizer", default=".carry/caseops8192.model")
+    run.add_argument("--sp8192", default=".carry/wiki8192", help="plain sp8192 DATA_PATH (preset 0409)")
+    run.add_argument("--sp8192-tokenizer", default=".carry/sp8192.model")
+    run.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "step_time")
+    variants = modes.add_parser("micro", help="one compiled micro-step per model-code variant")
+    variants.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
+    variants.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    variants.add_argument("--iters", type=int, default=16)
+    variants.add_argument("--tokens", choices=("random", "shard"), default="random",
+                          help="micro-batch tokens: uniform random ids, or the first train shard (DATA_PATH)")
+    variants.add_argument("--profile", type=int, default=0, metavar="K",
+                          help="also profile 2 micro-steps per variant: kernel families and the top K kernels")
+    prof = modes.add_parser("profile", help="where a step's GPU time goes")
+    prof.add_argument("--module", type=Path, default=REPO / "train_gpt.py")
+    prof.add_argument("--warmup", type=int, default=4)
+    prof.add_argument("--steps", type=int, default=3)
+    prof.add_argument("--top", type=int, default=30)
+    prof.add_argument("--trace", type=Path, default=None)
     args = parser.parse_args()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    scripts = args.script or [REPO / "train_gpt.py"]
-    configs = [parse_config(text) for text in (args.config or ["record:"])]
-    base = dict(os.environ, ITERATIONS=str(args.steps), MAX_WALLCLOCK_SECONDS="0", WARMDOWN_ITERS="0",
-                LATE_QAT_THRESHOLD="0", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="10", PYTHONUNBUFFERED="1")
-    rows, failed, budget_end = [], 0, time.monotonic() + args.budget if args.budget > 0 else float("inf")
-    for script in scripts:
-        for label, settings in configs:
-            env = dict(base, **settings)
-            name = "%s__%s" % (script.stem, label)
-            timeout = min(args.timeout, budget_end - time.monotonic())
-            result = run_training(script.resolve(), env, args.nproc, args.out_dir / (name + ".log"), timeout)
-            if result["step_avg"] is None:
-                failed += 1
-                continue
-            step_s = result["step_avg"] / 1000.0
-            tokens = float(env.get("TRAIN_BATCH_TOKENS", RECORD_SHAPE["TRAIN_BATCH_TOKENS"]))
-            mfu = None
-            if env.get("RECIPE", "2026-03-23") == "2026-03-23":
-                mfu = step_flops(env) / step_s / (args.peak_tflops * 1e12 * args.nproc)
-            rows.append((str(script), label, result, tokens / step_s, mfu))
-            print("done %s %s: %.2f ms/step" % (script, label, result["step_avg"]), flush=True)
-    print("\nsteps=%d nproc=%d model FLOPs/step at the env's shape=%.3g; logs in %s"
-          % (args.steps, args.nproc, step_flops(dict(os.environ)), args.out_dir))
-    print("%-34s %-14s %11s %12s %6s %9s %13s %14s %s %6s %6s%s" % (
-        "script", "config", "step_avg_ms", "tokens/s", "MFU", "peak_MiB", "data_wait_ms", "val_bpb@step",
-        "loss@" + "/".join(map(str, args.loss_at)), "steps", "loop@",
-        "".join(" %10s" % ("ms/step" + window) for window in args.window)))
-    for script, label, result, tokens_per_s, mfu in rows:
-        wait = "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"]
-        losses = "/".join(str(result["loss"].get(s, "-")) for s in args.loss_at)
-        print("%-34s %-14s %11.2f %12.0f %6s %9s %13s %14s %s %6d %6s%s" % (
-            script[-34:], label, result["step_avg"], tokens_per_s, "n/a" if mfu is None else "%.1f%%" % (100 * mfu),
-            result["peak_mib"], wait, result["val_bpb"] or "n/a", losses, result["steps"],
-            result["loop_step"] or "-", "".join(" %10s" % window_ms(result["train_ms"], w) for w in args.window)))
-    return 1 if failed else 0
+    return {"train": train, "micro": micro, "profile": profile}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ _SERIALIZED = re.compile(r"Serialized model (\S+): (\d+) bytes")
 _TOTAL = re.compile(r"Total submission size (\S+): (\d+) bytes")
 _CODE = re.compile(r"Code size: (\d+) bytes")
 _SUBMISSION_BYTES = re.compile(r"submission_bytes code_bytes:(\d+) model_bytes:(\d+) total_bytes:(\d+)")
-_CODE_BUDGET = re.compile(r"code_bytes:(\d+) code_bytes_readable:(\d+)")  # before training (trainers since issue 19)
+_CODE_BUDGET = re.compile(r"code_bytes:(\d+) code_bytes_readable:(\d+)")  # before training (trainers that pack their code)
 _GPU_ROW = re.compile(r"\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|")
 # Each run writes its header first (our file logs: the code_sha256 line; every file log: the versions block), so
 # a log that holds two runs (a second run appended to the same logs/<RUN_ID>.txt) has two of either.
@@ -75,7 +75,7 @@ class SeedRun:
     exact: Dict[str, Tuple[float, float]] = field(default_factory=dict)  # key -> (val_loss, val_bpb)
     eval_time_ms: Dict[str, int] = field(default_factory=dict)  # label (no _exact) -> ms
     bytes_model: Optional[int] = None  # the compressed artifact
-    bytes_code: Optional[int] = None  # the counted code (the packed file, for trainers since issue 19)
+    bytes_code: Optional[int] = None  # the counted code (the packed file, for trainers that pack)
     bytes_code_readable: Optional[int] = None  # the readable source, logged next to it before training
     bytes_total: Optional[int] = None  # compressed artifact + code: what the 16,000,000 cap applies to
     artifact_format: Optional[str] = None  # int6+lzma, int8+zlib, ...

@@ -1,8 +1,11 @@
-"""bench/results/ holds only what the docs cite, and every bench/results path the docs name exists.
+"""bench/ stays a suite: bench/results/ holds only what the docs cite and every bench/results path the docs name
+exists; bench/README.md gives every script a command; the docs name only scripts that exist (a removed one by its
+git revision, `4174a39:bench/x.py`); at most MAX_SCRIPTS scripts and MAX_LINES lines.
 
 A file is cited by its path (`bench/results/<path>`, `*` allowed), or by its name (or its path below a folder, e.g.
 `step_time/*.log`) in a doc that names one of its folders; a folder's README.md cites by name what lies under its
-folder once the README itself is cited. The docs: README.md, bench/NOTES.md, docs/, records' READMEs, bench/ scripts.
+folder once the README itself is cited. The docs: README.md, bench/README.md, bench/NOTES.md, docs/, records'
+READMEs, bench/ scripts.
 """
 import fnmatch
 import re
@@ -18,7 +21,8 @@ PATH_TOKEN = re.compile(rf"(?<![\w./*:-])(?:{RESULTS}[\w./*-]*|[\w./*-]*[\w*]\.(
 
 
 def doc_paths(root):
-    names = ["README.md", "bench/NOTES.md", "bench/*.py", "bench/*.sh", "docs/*.md", "records/**/README.md"]
+    names = ["README.md", "bench/README.md", "bench/NOTES.md", "bench/*.py", "bench/*.sh", "docs/*.md",
+             "records/**/README.md"]
     return sorted({path for name in names for path in root.glob(name) if path.is_file()})
 
 
@@ -72,22 +76,55 @@ def test_docs_cite_only_existing_results_and_every_result_is_cited():
 
 
 def test_the_check_sees_a_broken_citation_and_an_uncited_file(tmp_path):
-    for name in ["README.md", "docs", "bench/NOTES.md", "bench/results"]:
+    for name in ["README.md", "docs", "bench/README.md", "bench/NOTES.md", "bench/results"]:
         source, target = REPO / name, tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
     assert citation_problems(tmp_path) == ([], [])
-    readme = tmp_path / "docs" / "benchmarks.md"
-    text = readme.read_text(encoding="utf-8")
     cited = "bench/results/cpu2core_gptq_solve.txt"
-    assert text.count(cited) == 1
-    readme.write_text(text.replace(cited, "bench/results/cpu2core_gptq_solve_typo.txt"), encoding="utf-8")
+    docs = [path for path in doc_paths(tmp_path) if cited in path.read_text(encoding="utf-8")]
+    assert docs
+    for path in docs:  # a typo in every citation of the file
+        path.write_text(path.read_text(encoding="utf-8").replace(cited, cited.replace(".txt", "_typo.txt")))
     missing, uncited = citation_problems(tmp_path)
-    assert missing == ["docs/benchmarks.md: bench/results/cpu2core_gptq_solve_typo.txt"] and uncited == [cited]
-    readme.write_text(text, encoding="utf-8")
-    (tmp_path / "bench/results/h100_profile/stray.log").write_text("nobody cites this\n")
-    (tmp_path / "bench/results/cpu_compress/synthetic_record.json").unlink()  # named by cpu_compress/README.md
+    assert sorted(missing) == sorted(f"{path.relative_to(tmp_path).as_posix()}: {cited[:-4]}_typo.txt"
+                                     for path in docs) and uncited == [cited]
+    for path in docs:
+        path.write_text(path.read_text(encoding="utf-8").replace(cited.replace(".txt", "_typo.txt"), cited))
+    (tmp_path / "bench/results/h100_session5/stray.log").write_text("nobody cites this\n")
+    (tmp_path / "bench/results/2026-11-26_h100/step_time.txt").unlink()  # named by the folder's README.md
     missing, uncited = citation_problems(tmp_path)
-    home = "bench/results/cpu_compress/"
-    assert missing == [f"{home}README.md: synthetic_record.json (not in {home})"]
-    assert uncited == ["bench/results/h100_profile/stray.log"]
+    home = "bench/results/2026-11-26_h100/"
+    assert missing == [f"{home}README.md: step_time.txt (not in {home})"]
+    assert uncited == ["bench/results/h100_session5/stray.log"]
+
+
+MAX_SCRIPTS, MAX_LINES = 15, 2500
+BENCH_SCRIPT = re.compile(r"(?<![\w:./-])bench/([\w-]+\.(?:py|sh))\b")  # not `4174a39:bench/...` (git history)
+
+
+def bench_scripts(root=REPO) -> list:
+    return sorted(path.name for pattern in ("*.py", "*.sh") for path in (root / "bench").glob(pattern))
+
+
+def test_bench_readme_gives_every_script_a_command():
+    """Each script is run by a command in bench/README.md (the index of the questions it answers)."""
+    index = (REPO / "bench" / "README.md").read_text(encoding="utf-8")
+    commands = set(re.findall(r"(?:python3|tools/py|bash) bench/([\w-]+\.(?:py|sh))", index))
+    assert [name for name in bench_scripts() if name not in commands] == []
+
+
+def test_the_docs_name_only_scripts_that_exist():
+    names = ["README.md", "bench/README.md", "bench/NOTES.md", "docs/*.md", "bench/*.py", "bench/*.sh", "tests/*.py"]
+    existing, stale = set(bench_scripts()), []
+    for path in sorted({path for name in names for path in REPO.glob(name)}):
+        for name in BENCH_SCRIPT.findall(path.read_text(encoding="utf-8")):
+            if name not in existing:
+                stale.append(f"{path.relative_to(REPO)}: bench/{name}")
+    assert stale == []
+
+
+def test_bench_stays_a_suite_of_few_short_scripts():
+    scripts = bench_scripts()
+    lines = sum(len((REPO / "bench" / name).read_text(encoding="utf-8").splitlines()) for name in scripts)
+    assert len(scripts) <= MAX_SCRIPTS and lines <= MAX_LINES, (len(scripts), lines)

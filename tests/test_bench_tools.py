@@ -1,7 +1,6 @@
-"""The GPU benchmark tools' own logic, checked on the CPU: the rank-slice check passes on a correct loader and
-fails on one whose ranks read the same tokens; the NCCL overlap arithmetic of profile_step is exact; step_time's
-table reports what the logs say; model_variants' floor variants remove only the component they name; eval_dtype's
-method (a) is the trainer's sliding eval."""
+"""The GPU benchmark tools' own logic, checked on the CPU: step_time's NCCL overlap arithmetic is exact, its train
+table reports what the logs say and its floor variants remove only the component they name; gptq_solve times every
+record shape; eval_speed's estimate simulates the phased TTT's schedule."""
 import re
 import subprocess
 import sys
@@ -10,37 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
+from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "bench"))
-from profile_step import family, overlap_report  # noqa: E402
-from step_time import step_flops  # noqa: E402
-
-
-def run_rank_slices(tiny_data, tmp_path, module):
-    env = run_env(dict(tiny_data["env"], TRAIN_BATCH_TOKENS="16384"))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(REPO / "bench" / "rank_slices_check.py"), "--steps", "3", "--module", str(module)]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-
-
-def test_rank_slices_check_passes_on_the_trainer(tiny_data, tmp_path):
-    out = run_rank_slices(tiny_data, tmp_path, REPO / "train_gpt.py")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "rank 0: 12 micro-batches, 0 mismatching" in out.stdout
-    assert "rank 1: 12 micro-batches, 0 mismatching" in out.stdout
-    assert "overlapping pairs 0, gaps 0" in out.stdout and "rank slices check: PASS" in out.stdout
-
-
-def test_rank_slices_check_fails_when_ranks_read_the_same_tokens(tiny_data, tmp_path):
-    source = (REPO / "train_gpt.py").read_text()
-    needle = "mine, total = dist_info.rank * span"
-    assert needle in source
-    broken = tmp_path / "train_gpt_same_slice.py"  # every rank reads rank 0's span
-    broken.write_text(source.replace(needle, "mine, total = 0 * span"))
-    out = run_rank_slices(tiny_data, tmp_path, broken)
-    assert out.returncode != 0
-    assert "rank 1: 12 micro-batches, 12 mismatching" in out.stdout and "rank slices check: FAIL" in out.stdout
+from step_time import family, overlap_report, step_flops  # noqa: E402
 
 
 def kernel(name, start, end):
@@ -71,46 +43,105 @@ def test_kernel_families():
 FAKE_TRAINER = '''import os, sys, time
 steps = int(os.environ["ITERATIONS"])
 assert os.environ["MAX_WALLCLOCK_SECONDS"] == "0" and os.environ["VAL_LOSS_EVERY"] == "0"
+print("data_path:%s recipe:%s" % (os.environ.get("DATA_PATH"), os.environ.get("RECIPE")))
+print("attention_backend:cudnn (fastest probe) torch_compile:True")
+print("qk_kernel:triton (auto)")
 for step in range(10, steps + 1, 10):  # 600 ms per step up to step 20, 900 after (looping on)
     print("step:%d/%d train_loss:%.4f train_time:%dms step_avg:%.2fms" % (
-        step, steps, 6 - step / 100, 600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
+        step, steps, 6 - step / 100 + (os.environ.get("TRAIN_PREFETCH") == "0") / 1e4,  # another data path
+        600 * min(step, 20) + 900 * max(step - 20, 0), 600 + step / 10))
     if step == 20:
         print("layer_loop:enabled step:20 frac:0.667 encoder:[0, 1] decoder:[1, 2]")
 print("step:%d/%d val_loss:2.4000 val_bpb:1.4321 train_time:%dms step_avg:602.50ms" % (steps, steps, steps * 600))
-print("data_wait total_ms:12.0 per_step_ms:0.480")
+print("data_wait total_ms:12.0 per_step_ms:0.480 fraction_of_train_time:0.00080")
 print("peak memory allocated: 20160 MiB", flush=True)
 time.sleep(120)  # the end-of-run evals: step_time.py must stop the run here
 '''
 
 
 def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
-    """bench/step_time.py on a stand-in script that prints the challenge's log lines: the last train step_avg, the
-    MFU from the model-FLOP count, peak memory, data wait, the final val bpb and the chosen losses; the run is
+    """bench/step_time.py train on a stand-in script that prints the challenge's log lines: the last train step_avg,
+    the MFU from the model-FLOP count, peak memory, data wait, the final val bpb, the chosen losses, the mean ms/step
+    in windows, the ratio to the first row and the kernels; a recipe preset sets its RECIPE and data; the run is
     stopped at its peak-memory line instead of waiting for the evals."""
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAINER)
+    (tmp_path / "sp8192").mkdir()
+    (tmp_path / "sp8192.model").write_text("")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "--script", str(script),
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "step_time.py"), "train", "--script", str(script),
                            "--steps", "30", "--loss-at", "10", "30", "--out-dir", str(tmp_path / "logs"),
-                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216",
-                           "--config", "recipe:RECIPE=2026-04-09", "--window", "10:20", "--window", "20:"],
+                           "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216", "--config", "0409",
+                           "--sp8192", str(tmp_path / "sp8192"), "--sp8192-tokenizer", str(tmp_path / "sp8192.model"),
+                           "--window", "10:20", "--window", "20:"],
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     rows = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "done")
+        if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "==")
             rows[parts[1]] = parts
-    record, small, recipe = rows["record"], rows["small"], rows["recipe"]
-    assert record[2] == small[2] == "603.00"  # the last train step line's step_avg
-    assert record[3] == "%.0f" % (786432 / 0.603) and small[3] == "%.0f" % (393216 / 0.603)
-    assert record[4] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
+    record, small, recipe = rows["record"], rows["small"], rows["0409"]
+    assert record[2] == small[2] == "1"  # nproc
+    assert record[3] == small[3] == "603.00"  # the last train step line's step_avg
+    assert record[4] == "%.0f" % (786432 / 0.603) and small[4] == "%.0f" % (393216 / 0.603)
+    assert record[5] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
     assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
-    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00"]
-    assert recipe[4] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
-    log_lines = (tmp_path / "logs" / "fake_train__small.log").read_text().splitlines()
+    assert record[6:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00", "1.000",
+                          "attn=cudnn", "qk=triton"]
+    assert recipe[5] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
+    log_lines = (tmp_path / "logs" / "fake_train__small__1.log").read_text().splitlines()
     assert sum(line.startswith("step:") for line in log_lines) == 4
+    preset_log = (tmp_path / "logs" / "fake_train__0409__1.log").read_text()
+    assert "data_path:%s recipe:2026-04-09" % (tmp_path / "sp8192") in preset_log
+
+
+def test_the_harness_reads_the_lines_the_trainer_writes():
+    """harness.parse_log_line against train_gpt.py's own format strings (read from its source and filled in), so a
+    changed log line fails here instead of leaving a benchmark's table empty on a GPU."""
+    import harness
+    source = (REPO / "train_gpt.py").read_text(encoding="utf-8")
+
+    def line(prefix, *values):
+        formats = re.findall(r'"(%s[^"]*)"' % re.escape(prefix), source)
+        assert len(set(formats)) == 1, (prefix, formats)
+        return formats[0] % values
+    result = {"step_avg": None, "steps": 0, "peak_mib": None, "wait_ms": None, "wait_fraction": None, "loss": {},
+              "train_ms": {}, "val": {}, "loop_step": None, "kernels": {}, "errors": []}
+    for text in (line("step:%d/%d train_loss", 20, 200, 3.25, 12000.0, 600.0),
+                 line("step:%d/%d val_loss", 200, 200, 2.5, 1.375, 120000.0, 600.0),
+                 line("layer_loop:enabled", 70, 0.35, [0, 1], [2, 3]),
+                 line("data_wait total_ms", 96.0, 0.48, 0.0008),
+                 line("peak memory allocated", 20160, 21000),
+                 line("qk_kernel:", "triton", "auto"), line("attention_backend:", "cudnn", "probe", True),
+                 "error: DATA_PATH=x: no such directory"):
+        harness.parse_log_line(result, text + "\n")
+    assert (result["steps"], result["step_avg"], result["loss"], result["train_ms"]) == (20, 600.0, {20: "3.2500"},
+                                                                                          {20: 12000.0})
+    assert result["val"] == {200: ("2.5000", "1.3750")} and result["loop_step"] == 70
+    assert (result["wait_ms"], result["wait_fraction"], result["peak_mib"]) == (0.48, 0.0008, 20160)
+    assert result["kernels"] == {"qk": "triton", "attn": "cudnn"}
+    assert result["errors"] == ["error: DATA_PATH=x: no such directory"]
+
+
+def test_step_time_exits_1_when_a_data_path_changes_the_losses(tmp_path):
+    """--expect-same-losses: a control run (a config given twice, suffixed) must repeat the first run's losses, and
+    so must every other data path; the stand-in's losses move at TRAIN_PREFETCH=0, so p0_c1 is named and the call
+    fails, while p1_c1 twice and p1_c0 pass."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAINER)
+
+    def run(*configs):
+        command = [sys.executable, str(REPO / "bench" / "step_time.py"), "train", "--script", str(script), "--steps",
+                   "20", "--out-dir", str(tmp_path / "logs"), "--expect-same-losses"]
+        return subprocess.run(command + [arg for config in configs for arg in ("--config", config)],
+                              capture_output=True, text=True, timeout=100)
+    same = run("p1_c1", "p1_c1", "p1_c0")
+    assert same.returncode == 0, same.stdout[-2000:] + same.stderr[-2000:]
+    assert (tmp_path / "logs" / "fake_train__p1_c1_1__1.log").is_file()  # the control run's own log
+    changed = run("p1_c1", "p0_c1")
+    assert changed.returncode == 1 and "losses differ from the first run's: ['p0_c1']" in changed.stdout
 
 
 def test_model_variants_floors_remove_only_their_component():
@@ -120,8 +151,8 @@ def test_model_variants_floors_remove_only_their_component():
     floor_no_token_sums freezes exactly the parameters whose gradients are sums over all tokens."""
     import torch
     import torch.nn.functional as F
-    import model_variants
-    from trainer_module import load_trainer
+    import step_time as model_variants
+    from harness import load_trainer
 
     tg = load_trainer()
     generator = torch.Generator().manual_seed(0)
@@ -150,44 +181,6 @@ def test_model_variants_floors_remove_only_their_component():
                              "ve_layer_scales.1"] + ["blocks.%d.resid_mix" % i for i in range(11)])
 
 
-def test_eval_dtype_scores_the_trainer_s_sliding_eval_and_all_three_agree_in_fp32(tiny_data, tmp_path):
-    """bench/eval_dtype.py's CPU path: its method (a) is the trainer's sliding-window eval of the saved model
-    (all windows: bit-identical sums), --max-windows takes evenly spaced windows, and on a CPU, where nothing is
-    bf16, the record's soft cap (b) and the fp32 reference (c) give the same score. The CLI prints the table."""
-    import torch
-    import eval_dtype
-    from trainer_module import load_trainer
-
-    tg = load_trainer()
-    h = tg.Hyperparameters.from_env(dict(tiny_data["env"], EVAL_STRIDE="32"))
-    dist_info = tg.DistInfo(rank=0, world_size=1, device=torch.device("cpu"))
-    model = tg.build_model(h, dist_info.device)
-    with torch.no_grad():  # non-zero W_o and W_down, so that every layer contributes to the scores
-        model.qo_bank[h.num_layers:].normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
-        model.mlp_down_bank.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(2))
-    path = tmp_path / "final_model.pt"
-    torch.save(model.state_dict(), path)
-    out = eval_dtype.measure(tg, h, dist_info, str(path), 0, 32)
-    val = tg.load_validation_data(h, tg.load_tokenizer(h, eval_dtype.ConsoleLogger()), dist_info.device)
-    trainer = tg.sliding_window_eval(h, dist_info, model.eval(), model.forward_hidden,
-                                     tg.device_tokens(val, dist_info.device), val.target_bytes, 32)
-    scores = out["scores"]
-    assert out["windows"] == out["all_windows"] > 100 and scores["trainer"] == trainer
-    assert scores["record"] == scores["trainer"]  # fp32 logits either way on the CPU
-    assert scores["fp32"] == pytest.approx(scores["trainer"], rel=1e-5)
-    starts = torch.arange(1000) * 16
-    assert eval_dtype.spaced_windows(starts, 10).tolist() == [0, 1776, 3552, 5328, 7104, 8880, 10656, 12432,
-                                                              14208, 15984]  # every 111th of 1000, first and last
-    assert torch.equal(eval_dtype.spaced_windows(starts, 0), starts)
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "eval_dtype.py"), "--model", str(path),
-                           "--max-windows", "40"], cwd=tmp_path, env=run_env(tiny_data["env"]),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "windows:40 of " in proc.stdout and "(window 64, stride 64)" in proc.stdout
-    for label in ("(a) trainer: fp32 softcap", "(b) record: bf16 softcapped logits", "(c) fp32 reference forward"):
-        assert re.search(re.escape(label) + r" +\d+\.\d{8} +\d+\.\d{8} +[+-]\d\.\d\de[+-]\d\d$", proc.stdout, re.M)
-
-
 def test_gptq_solve_bench_times_every_record_shape(tmp_path):
     """bench/gptq_solve.py on the CPU with one layer: a row per record shape, and a total that is the sum of the
     per-model seconds (calls x the median time per call)."""
@@ -205,14 +198,14 @@ def test_gptq_solve_bench_times_every_record_shape(tmp_path):
     assert abs(total - sum(float(row[5]) for row in rows)) < 0.01 + 0.005 * len(rows)
 
 
-def test_ttt_eval_estimate_simulates_the_static_split_the_phase_barrier_and_a_free_rank_first_split(tgpt, tmp_path):
-    """bench/ttt_eval_estimate.py's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
+def test_eval_speed_estimate_simulates_the_static_split_the_phase_barrier_and_a_free_rank_first_split(tgpt, tmp_path):
+    """bench/eval_speed.py estimate's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
     64 (chunk ends <= 64: 1 s) then 128 (2 s); a batch whose longest document has 100 tokens runs 4 + 3 steps (10 s),
     one of 48 tokens 3 steps (3 s). The phase before queue batch 2 waits for the slower rank, then all run 5 SGD
     chunks of 4 s. With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the batch of
     10- and 100-token documents, 2 rows throughout, costs half. The record's logs give 782 batches, the longest
     first, 50,000 documents."""
-    import ttt_eval_estimate as estimate
+    import eval_speed as estimate
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, EVAL_SEQ_LEN="128", TTT_LORA_CHUNK="16"))
     cost = {"doc_batch": 64, "lora_step_ms": {"64": 1000.0, "128": 2000.0}, "sgd_ms": {"2": 4000.0}}
     batches = [[100, 100], [48, 48], [48, 48], [48, 48]]

@@ -1,4 +1,4 @@
-"""The trainer on CaseOps data (SPEC_0427 §2, issue 32): every bpb divides by the byte sidecar's counts of the scored
+"""The trainer on CaseOps data (SPEC_0427 §2): every bpb divides by the byte sidecar's counts of the scored
 targets, which are the original text's UTF-8 bytes, and a sidecar that does not fit its shards, manifest or
 tokenizer stops the run at start-up with an error naming both files."""
 import glob

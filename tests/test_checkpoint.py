@@ -1,4 +1,4 @@
-"""Checkpoint and exact resume (issue 34): N steps straight vs N/2, stop, resume, N/2 (and a SIGTERM mid-run) give
+"""Checkpoint and exact resume: N steps straight vs N/2, stop, resume, N/2 (and a SIGTERM mid-run) give
 bit-identical weights, optimizer states, EMA, loader positions and RNG states, for each loader, one and two gloo
 ranks; a missing file, a corrupted shard, other settings and another world size are named errors."""
 import json

@@ -1,75 +1,82 @@
-"""bench/compress.py: every layout gives back exactly what went in (a lossy one is caught), the byte shuffle is
-SPEC_0409's, an artifact in any container loads, and the table has one row per layout x compressor."""
-import io
+"""bench/compress.py: each container row is the trainer's serialize_artifact and round-trips (a lossy one is caught),
+a container whose module or binary is missing says so instead of failing, the record's per-group lrzip layout (row
+orders, column-major groups) gives back every tensor, and the tables have one row per container and group."""
 import lzma
 import sys
 
 import pytest
-import torch
 
 from tgpt_util import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 import compress  # noqa: E402
+from harness import load_trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def quantized():
-    unbank_state_dict, quantize_state_dict, serialize_artifact = compress.trainer_functions()
-    state = compress.synthetic_state(0, layers=1, dim=256, vocab=512)  # int6, int8 and fp16 tensors
-    tensors, meta = quantize_state_dict(unbank_state_dict(state))
-    return tensors, meta, serialize_artifact
+def trainer():
+    return load_trainer()
 
 
-def test_byte_shuffle_is_spec_0409s_and_inverts():
-    assert compress.shuffle(b"abcdefg") == b"BSHF\x02" + b"aceg" + b"bdf"
-    assert compress.shuffle(b"a") == b"a"
-    for data in (b"", b"a", b"ab", bytes(range(255)) * 3):
-        assert compress.unshuffle(compress.shuffle(data)) == data
+@pytest.fixture(scope="module")
+def quantized(trainer):
+    return compress.synthetic_0323(trainer, 0, layers=1, dim=256, vocab=512)  # int6, int8 and fp16 tensors
 
 
-def test_planes_layout_round_trips_every_tensor(quantized):
-    tensors, meta, _ = quantized
-    kinds = {tensor.dtype for tensor in tensors.values()}
-    assert kinds == {torch.int8, torch.float16} and any(t.dim() == 0 for t in tensors.values())
-    back, back_meta = compress.from_planes(compress.planes(tensors, meta))
-    assert compress.same_tensors(back, tensors) and back_meta == meta
+def test_every_container_row_is_the_trainers_and_round_trips(trainer, quantized, capsys):
+    tensors, meta = quantized
+    containers = ["lzma", "brotli", "brotli+shuffle", "ans+shuffle", "pergroup+shuffle"]
+    rows, lrzip_bytes = compress.measure(trainer, tensors, meta, containers)
+    assert [row["container"] for row in rows] == containers and lrzip_bytes == {}
+    for row in rows:
+        compressor, shuffle = compress.CONTAINERS[row["container"]]
+        assert row["bytes"] == len(trainer.serialize_artifact(tensors, meta, compressor, shuffle))
+    compress.print_tables(trainer, tensors, meta, rows, lrzip_bytes, "tiny")
+    container_part, _, group_part = capsys.readouterr().out.partition("| group (pergroup)")
+    container_rows = [line for line in container_part.splitlines() if line.startswith("| ")][1:]  # after the header
+    group_rows = [line for line in group_part.splitlines() if line.startswith("| ")]
+    assert [line.split()[1] for line in container_rows] == containers
+    payload = {"w": dict(tensors), "m": meta}
+    trainer.encode_pergroup(payload)
+    assert [line.split()[1] for line in group_rows] == [names[0] for names, *_ in payload["g"]]
+    assert all(line.endswith("| - |") for line in group_rows)  # no lrzip row, so no lrzip bytes per group
 
 
-def test_table_has_every_row_and_a_lossy_layout_is_caught(quantized, capsys, monkeypatch):
-    tensors, meta, serialize_artifact = quantized
-    rows = compress.measure(tensors, meta, list(compress.LAYOUTS), ["lzma6", "brotli11"], serialize_artifact)
-    assert len(rows) == 4 + 2 * len(compress.LAYOUTS)
-    assert [(row["layout"], row["compressor"]) for row in rows[:4]] == [
-        ("trainer", "COMPRESSOR=brotli"), ("trainer BYTE_SHUFFLE=1", "COMPRESSOR=brotli"),
-        ("trainer", "COMPRESSOR=ans"), ("trainer BYTE_SHUFFLE=1", "COMPRESSOR=ans")]
-    assert rows[0]["bytes"] == len(serialize_artifact(tensors, meta, "brotli"))
-    assert rows[3]["bytes"] == len(serialize_artifact(tensors, meta, "ans", True))
-    assert rows[5]["layout"] == "torch_save" and rows[5]["compressor"] == "brotli11"
-    assert abs(rows[5]["bytes"] - rows[0]["bytes"]) < 200  # torch.save's zip records its file names only
-    assert rows[4 + 2 * list(compress.LAYOUTS).index("torch_save_bshf") + 1]["bytes"] == rows[1]["bytes"]
-    compress.print_table(rows, "tiny")
-    assert len(capsys.readouterr().out.splitlines()) == 3 + len(rows)
+def test_a_lossy_container_is_caught(trainer, quantized, monkeypatch):
+    tensors, meta = quantized
+    decode = trainer.deserialize_artifact
 
-    decode = compress.from_planes
-
-    def lossy(data):
-        back, back_meta = decode(data)
+    def lossy(blob, *args):
+        back, back_meta = decode(blob, *args)
         largest = max(back, key=lambda name: back[name].numel())
         back[largest] = back[largest] + 1
         return back, back_meta
-    monkeypatch.setattr(compress, "from_planes", lossy)
-    with pytest.raises(AssertionError, match="planes does not give back the tensors"):
-        compress.measure(tensors, meta, ["planes"], ["lzma6"])
+    monkeypatch.setattr(trainer, "deserialize_artifact", lossy)
+    with pytest.raises(AssertionError, match="brotli does not give back the tensors"):
+        compress.measure(trainer, tensors, meta, ["brotli"])
 
 
-def test_artifacts_of_either_compressor_load(quantized):
-    import brotli
-    tensors, meta, serialize_artifact = quantized
-    buffer = io.BytesIO()
-    torch.save({"w": tensors, "m": meta}, buffer)
-    for blob in (serialize_artifact(tensors, meta, "brotli"), serialize_artifact(tensors, meta, "lzma"),
-                 serialize_artifact(tensors, meta, "ans", True),
-                 brotli.compress(compress.shuffle(buffer.getvalue())), lzma.compress(buffer.getvalue())):
-        back, back_meta = compress.load_artifact(blob)  # the ans container lists its coded tensors last
-        assert compress.same_tensors(dict(sorted(back.items())), dict(sorted(tensors.items()))) and back_meta == meta
+def test_missing_codecs_give_rows_that_say_so(trainer, quantized, monkeypatch):
+    tensors, meta = quantized
+    monkeypatch.setattr(compress.shutil, "which", lambda name: None)
+    monkeypatch.setitem(compress.NEEDS, "ans", "a_module_that_does_not_exist")
+    rows, _ = compress.measure(trainer, tensors, meta, ["ans+shuffle", "lrzip", "lzma"])
+    assert [(row["container"], row["bytes"]) for row in rows[:2]] == [("ans+shuffle", None), ("lrzip", None)]
+    assert rows[0]["skipped"] == "no a_module_that_does_not_exist" and "lrzip binary" in rows[1]["skipped"]
+    assert rows[2]["bytes"] > 0
+
+
+def test_the_records_per_group_layout_gives_back_every_tensor(trainer, quantized, monkeypatch):
+    """lrzip itself stands in as lzma (same bytes in, same bytes out); what is checked is the record's layout around
+    it: groups by role, hot groups' rows in nearest-neighbour order and put back, column-major matrices."""
+    tensors, meta = quantized
+    monkeypatch.setattr(compress, "run_lrzip", lambda args, data: lzma.compress(data) if "-z" in args
+                        else lzma.decompress(data))
+    monkeypatch.setattr(compress.shutil, "which", lambda name: "/usr/bin/lrzip")
+    reversed_rows = lambda matrix: list(range(len(matrix)))[::-1]  # noqa: E731  (an order that is not the identity)
+    groups = compress.lrzip_groups(trainer, tensors, reversed_rows)
+    assert "tok_emb.weight.q" in groups and groups["tok_emb.weight.q"][1] is not None  # a hot group: ordered
+    assert all(orders is None for role, (_, orders) in groups.items() if role not in trainer.HOT_GROUPS)
+    rows, lrzip_bytes = compress.measure(trainer, tensors, meta, ["lrzip"], reversed_rows)
+    assert set(lrzip_bytes) == {names[0] for names, _ in groups.values()}  # the per-group table's keys
+    assert rows[0]["bytes"] > sum(lrzip_bytes.values())  # the groups, the rest and the orders

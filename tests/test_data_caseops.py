@@ -1,4 +1,4 @@
-"""CaseOps data (SPEC_0427 §2, issue 32): the lossless case transform, build_shards.py --caseops (operator pieces,
+"""CaseOps data (SPEC_0427 §2): the lossless case transform, build_shards.py --caseops (operator pieces,
 val byte sidecars that count the original text's UTF-8 bytes) and the downloader's CaseOps variant."""
 
 import hashlib

@@ -365,7 +365,7 @@ def test_wrong_repo_and_skip_manifest_errors(tmp_path, data_hub):
         download("gpt2", 1, source, tmp_path / "data", log=lambda m: None)
 
 
-# ---- a dataset and its tokenizer stay paired (issue 23.1) ------------------------------------------------
+# ---- a dataset and its tokenizer stay paired ----------------------------------------------------------
 
 
 def test_dataset_manifest_records_the_downloaded_tokenizer_sha256(tmp_path, data_hub):

@@ -1,7 +1,7 @@
-"""A dataset and the tokenizer that made it stay paired (issue 23.1): build_shards.py never replaces another
+"""A dataset and the tokenizer that made it stay paired: build_shards.py never replaces another
 dataset's tokenizer or shards unless asked, every dataset dir carries its tokenizer's sha256, and data/manifest.py
-reads it back. Also: the 8192-vocab build of the 2026-04-09 recipe (issue 22), and the one-line message for a
-missing module (issue 23.4). Command-line tests run the real scripts in a copy of data/ (data_isolated_repo)."""
+reads it back. Also: the 8192-vocab build of the 2026-04-09 recipe, and the one-line message for a
+missing module. Command-line tests run the real scripts in a copy of data/ (data_isolated_repo)."""
 
 import gzip
 import hashlib
@@ -236,7 +236,7 @@ def test_too_little_text_for_vocab_8192_is_a_named_error(tmp_path, data_sample_d
     assert not list_shards(tmp_path / "datasets" / "few", "val")
 
 
-# ---- a Python without the tools' modules (issue 23.4) ------------------------------------------------------
+# ---- a Python without the tools' modules ----------------------------------------------------------------
 
 
 ABSENT = "raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"

@@ -1,11 +1,17 @@
-"""README and docs/ stay true (issue 36): every `NAME=` they mention is a setting of the trainer or a variable named
+"""README and docs/ stay true: every `NAME=` they mention is a setting of the trainer or a variable named
 below, every relative link resolves (to a file, and to a heading where it names one), README stays a README (at
-most 250 lines, linking every docs page), its commands work after the quick start, and what it says about the test
-command, the CPU settings and the records example is what the repository does."""
+most README_MAX_LINES lines, linking every docs page), its commands work after the quick start, and what it says
+about the test command, the CPU settings and the records example is what the repository does. Numbers that
+describe the code (parameter counts, byte and line counts, defaults, the recipe table) are computed from the code
+here, and any other such number must be a dated measurement (a date or a commit in its paragraph)."""
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 from tgpt_util import REPO, run_env, tgpt  # noqa: F401 (fixture)
 
@@ -18,7 +24,6 @@ EXTERNAL = {
     "REQUIRE_TRITON_TESTS",  # tests: a missing triton fails instead of skipping
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "TRITON_INTERPRET",  # CUDA, OpenMP, Triton
     "MATCHED_FINEWEB_REPO_ID", "MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", "DATA_DIR",  # data/cached_challenge_fineweb.py
-    "PARTS",  # bench/recipe_0409_gpu.sh
     "LATE_QAT",  # the 2026-03-23 record's published command: read by nothing, logged as IGNORED (differences.md)
 }
 
@@ -27,9 +32,12 @@ def documents():
     return [README] + DOCS
 
 
+README_MAX_LINES = 250
+
+
 def test_readme_is_a_readme_and_links_every_docs_page():
     text = README.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 250
+    assert len(text.splitlines()) <= README_MAX_LINES
     linked = set(re.findall(r"\]\((docs/[^)#\s]+)", text))
     pages = {"docs/" + path.name for path in (REPO / "docs").glob("*.md")}
     assert pages <= linked, "README does not link: %s" % sorted(pages - linked)
@@ -100,16 +108,21 @@ def test_readme_test_command_is_cis_and_lists_skips():
 
 
 def test_no_doc_repeats_the_641_positions_of_the_eager_rope_table():
-    """ROPE_BF16=1 is fp32 positions x bf16-rounded theta, the record's compiled CUDA table (issue 35)."""
+    """ROPE_BF16=1 is fp32 positions x bf16-rounded theta, the record's compiled CUDA table."""
     for path in documents():
         assert "641 distinct positions" not in path.read_text(encoding="utf-8"), path
 
 
+def run_sh_presets() -> dict:
+    """run.sh's tiny presets, {label: "NAME=VALUE ..."} (1tiny: the 2026-04-09 recipe's, *tiny: the others')."""
+    run_sh = (REPO / "run.sh").read_text()
+    return {label: " ".join(body.split()) for label, body in
+            re.findall(r"^\s+(1tiny|\*tiny)\)[^\n]*\n\s+preset_settings=\((.*?)\) ;;", run_sh, re.M | re.S)}
+
+
 def test_the_cpu_settings_in_the_docs_are_run_shs_tiny_presets():
     """docs/configuration.md lists the settings for running the trainer directly on a CPU: run.sh's presets."""
-    run_sh = (REPO / "run.sh").read_text()
-    presets = {label: " ".join(body.split()) for label, body in
-               re.findall(r"^\s+(1tiny|\*tiny)\)[^\n]*\n\s+preset_settings=\((.*?)\) ;;", run_sh, re.M | re.S)}
+    presets = run_sh_presets()
     docs = " ".join((REPO / "docs" / "configuration.md").read_text().replace("\\\n", " ").split())
     assert set(presets) == {"1tiny", "*tiny"}
     for label, settings in presets.items():
@@ -121,3 +134,189 @@ def test_build_shards_help_shows_the_default_vocab_size():
                          capture_output=True, text=True, timeout=120)
     help_text = " ".join(out.stdout.split())
     assert out.returncode == 0 and "--vocab-size VOCAB_SIZE tokenizer vocab size (default 1024)" in help_text
+
+
+# ---- numbers that describe the code ----------------------------------------------------------------------------
+
+def parameter_count(tgpt, environ: dict) -> int:
+    with torch.device("meta"):  # shapes only: the full-size models cost nothing to build
+        model = tgpt.build_model(tgpt.Hyperparameters.from_env(environ), torch.device("meta"))
+    return sum(param.numel() for param in model.parameters())
+
+
+def code_values(tgpt) -> dict:
+    """What the code says, under the names CODE_FACTS use."""
+    tiny = dict(item.split("=", 1) for item in run_sh_presets()["*tiny"].split())
+    source = (REPO / "train_gpt.py").read_text(encoding="utf-8")
+    with torch.device("meta"):
+        lanes = tgpt.build_model(tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27"}), torch.device("meta"))
+    defaults = tgpt.Hyperparameters.from_env({})
+    return {
+        "artifact limit": tgpt.ARTIFACT_LIMIT_BYTES,
+        "tiny preset parameters": parameter_count(tgpt, tiny),
+        "tiny preset steps": int(tiny["ITERATIONS"]),
+        "2026-03-23 parameters": parameter_count(tgpt, {}),
+        "2026-04-09 parameters": parameter_count(tgpt, {"RECIPE": "2026-04-09"}),
+        "two-lane lambda parameters": sum(param.numel() for name, param in lanes.named_parameters()
+                                          if name.startswith(("parallel_resid_lambdas", "parallel_post_lambdas"))),
+        "packed wrapper lines": len(tgpt.PACKED_TEMPLATE.format(sha256="0", payload="0").splitlines()),
+        "packed code KB": len(tgpt.pack_source(tgpt.strip_source(source))) / 1000,
+        "brotli code KB": len(tgpt.brotli.compress(tgpt.strip_source(source).encode("utf-8"), quality=11,
+                                                  lgwin=22)) / 1000,
+        "readable source KB": len(source.encode("utf-8")) / 1000,
+        "README line cap": README_MAX_LINES,
+        "layers": defaults.num_layers, "model dim": defaults.model_dim, "query heads": defaults.num_heads,
+        "KV heads": defaults.num_kv_heads, "XSA layers": defaults.xsa_last_n, "LeakyReLU slope": tgpt.LEAKY_SLOPE,
+    }
+
+
+# (doc, pattern whose group is the number as written, the code value it states, relative tolerance: 0 = exact; a
+# size that drifts with every edit is written rounded, "about N KB", and checked to within its rounding)
+CODE_FACTS = [
+    ("README.md", r"fits in ([\d,]+) bytes", "artifact limit", 0),
+    ("README.md", r"an ([\d]+)-layer GPT", "layers", 0),
+    ("README.md", r"\(d=(\d+), \d+ query", "model dim", 0),
+    ("README.md", r"(\d+) query / \d+ KV heads", "query heads", 0),
+    ("README.md", r"\d+ query / (\d+) KV heads", "KV heads", 0),
+    ("README.md", r"XSA on the last (\d+) layers", "XSA layers", 0),
+    ("README.md", r"LeakyReLU\(([\d.]+)\)²", "LeakyReLU slope", 0),
+    ("README.md", r"model_params:(\d+)", "tiny preset parameters", 0),
+    ("README.md", r"model for (\d+) steps with the end-of-run evals", "tiny preset steps", 0),
+    ("README.md", r"step:(\d+)/\d+ train_loss", "tiny preset steps", 0),
+    ("README.md", r"inside a (\d+)-line ASCII wrapper", "packed wrapper lines", 0),
+    ("docs/records.md", r"inside a (\d+)-line ASCII wrapper", "packed wrapper lines", 0),
+    ("docs/records.md", r"about (\d+) KB packed", "packed code KB", 0.05),
+    ("docs/records.md", r"about (\d+) KB of readable source", "readable source KB", 0.05),
+    ("docs/records.md", r"about (\d+) KB of brotli before base85", "brotli code KB", 0.05),
+    ("docs/records.md", r"exceeds ([\d,]+) bytes", "artifact limit", 0),
+    ("docs/recipe_0409.md", r"packed `train_gpt.py` \(Records\): about (\d+) KB", "packed code KB", 0.05),
+    ("docs/recipe_0409.md", r"([\d,]+) parameters\s+\(tested\)", "2026-04-09 parameters", 0),
+    ("docs/recipe_0427.md", r"\(\+(\d+) parameters;", "two-lane lambda parameters", 0),
+    ("docs/quantization.md", r"into ([\d,]+) bytes", "artifact limit", 0),
+    ("docs/tests.md", r"README stays under (\d+) lines", "README line cap", 0),
+    ("docs/tests.md", r"the record's parameter count \(([\d,]+)\)", "2026-03-23 parameters", 0),
+]
+# Numbers of the pattern below that do not describe the code, each with why.
+NOT_CODE_SIZES = {
+    ("docs/caseops.md", "4 lines"): "the length of a comment's own text",
+    ("docs/caseops.md", "0 bytes"): "the byte rule of an operator and of BOS targets (tests/test_data_caseops.py)",
+    ("docs/quantization.md", "2 bytes"): "the estimate's cost per histogram entry, a modelling constant",
+}
+CODE_NUMBER = re.compile(r"(?<![\w.,-])\d[\d,]*(?:[ -](?:lines?|bytes?|B|KB|MB|parameters)\b)|"
+                         r"\b(?:model_params|code_bytes):\d+")
+# a measurement says when (a date, or a commit: 7+ hex digits with a letter and a digit); a record's fact cites its SPEC
+MEASUREMENT = re.compile(r"\b20\d\d-\d\d-\d\d(?!\d)|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b|"
+                         r"\bSPEC(?:_\d{4})?(?:\.md)? ?§")
+SENTENCE_END = re.compile(r"(?<=[.;])\s+(?=[A-Z(`*])")
+
+
+def paragraphs(root: Path):
+    """(doc, paragraph with its whitespace runs made single spaces) of README and docs/ (not the records' SPECs)."""
+    for path in [root / "README.md"] + sorted(p for p in (root / "docs").glob("*.md") if not p.name.startswith("SPEC")):
+        for paragraph in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            yield path.relative_to(root).as_posix(), " ".join(paragraph.split())
+
+
+def fact_problems(root: Path, values: dict) -> list:
+    """CODE_FACTS whose text is missing or states another value than the code's."""
+    problems, text = [], {}
+    for doc, paragraph in paragraphs(root):
+        text.setdefault(doc, []).append(paragraph)
+    for doc, pattern, name, tolerance in CODE_FACTS:
+        matches = [written for paragraph in text[doc] for written in re.findall(pattern, paragraph)]
+        if not matches:
+            problems.append(f"{doc}: no text matches {pattern!r} (the {name})")
+        for written in matches:
+            stated, actual = float(written.replace(",", "")), values[name]
+            if abs(stated - actual) > tolerance * abs(actual):
+                problems.append(f"{doc}: says {written} for the {name}, the code gives {actual:g}")
+    return problems
+
+
+def unchecked_numbers(root: Path) -> list:
+    """Sizes and counts in README and docs/ that no CODE_FACTS entry checks and whose sentence names no date or commit
+    (so it is neither computed here nor a dated measurement)."""
+    unchecked = []
+    for doc, paragraph in paragraphs(root):
+        checked = [match.span(1) for d, pattern, _, _ in CODE_FACTS if d == doc
+                   for match in re.finditer(pattern, paragraph)]
+        starts = [0] + [match.end() for match in SENTENCE_END.finditer(paragraph)] + [len(paragraph)]
+        for match in CODE_NUMBER.finditer(paragraph):
+            covered = any(low < match.end() and match.start() < high for low, high in checked)
+            sentence = next(paragraph[a:b] for a, b in zip(starts, starts[1:]) if a <= match.start() < b)
+            if not (covered or MEASUREMENT.search(sentence) or (doc, match.group(0)) in NOT_CODE_SIZES):
+                unchecked.append(f"{doc}: {match.group(0)!r} in {sentence[:90]!r}")
+    return unchecked
+
+
+def test_numbers_that_describe_the_code_are_the_codes(tgpt):
+    assert fact_problems(REPO, code_values(tgpt)) == []
+
+
+def test_every_size_or_count_in_the_docs_is_checked_or_a_dated_measurement():
+    assert unchecked_numbers(REPO) == []
+
+
+def test_the_number_checks_see_a_stale_number_and_an_undated_one(tgpt, tmp_path):
+    for name in ["README.md", "docs"]:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
+    values = code_values(tgpt)
+    readme = (tmp_path / "README.md").read_text(encoding="utf-8")
+    stale = readme.replace("model_params:%d" % values["tiny preset parameters"], "model_params:778645")
+    (tmp_path / "README.md").write_text(stale + "\nThe trainer is 3,712 lines long.\n", encoding="utf-8")
+    assert fact_problems(tmp_path, values) == [
+        "README.md: says 778645 for the tiny preset parameters, the code gives %d" % values["tiny preset parameters"]]
+    assert unchecked_numbers(tmp_path) == ["README.md: '3,712 lines' in 'The trainer is 3,712 lines long.'"]
+    (tmp_path / "README.md").write_text(stale + "\nThe trainer was 3,712 lines long at commit 4174a39.\n")
+    assert unchecked_numbers(tmp_path) == []
+    records = tmp_path / "docs" / "records.md"
+    written = re.search(r"about (\d+) KB packed", records.read_text()).group(1)  # within 5% of the code's size
+    doubled = records.read_text().replace("about %s KB packed" % written, "about %d KB packed" % (2 * int(written)))
+    records.write_text(doubled)
+    assert [problem.split(",")[0] for problem in fact_problems(tmp_path, values)][1:] == [
+        "docs/records.md: says %d for the packed code KB" % (2 * int(written))]
+
+
+def recipe_table_cells() -> list:
+    """(setting, {recipe: the cell's value for it}) for every setting README's recipe table names with a value."""
+    readme = README.read_text(encoding="utf-8")
+    table = readme[readme.index("| setting | 2026-03-23 | 2026-04-09 | 2026-04-27 |"):]
+    rows = [line.split("|")[1:-1] for line in table[:table.index("\n\n")].splitlines()[2:]]
+    recipes, cells = ("2026-03-23", "2026-04-09", "2026-04-27"), []
+    for first, *columns in rows:
+        names_part, _, aside = first.partition("(")
+        names = re.findall(r"`([A-Z0-9_]+)`", names_part)
+        for name, value in re.findall(r"`([A-Z0-9_]+)` ([\w.−-]+)", aside):  # "(`LOOP_START` 3, ... in all)"
+            cells.append((name, dict.fromkeys(recipes, value)))
+        for index, name in enumerate(names):
+            row = {}
+            for recipe, column in zip(recipes, columns):
+                column = column.strip()
+                if name == "CONTROL_TENSOR_NAME_PATTERNS":  # its cells describe the lists ("the 03-23 list")
+                    continue
+                parts = [part.strip(" `") for part in re.sub(r"\s*\(.*\)$", "", column).split(",")]  # no aside
+                row[recipe] = parts[0] if len(parts) == 1 else parts[index]
+            if row:
+                cells.append((name, row))
+    return cells
+
+
+def test_readme_recipe_table_states_every_recipes_values(tgpt):
+    """Every cell of README's recipe table, the 2026-03-23 defaults included, is what RECIPE gives that setting."""
+    resolved = {recipe: tgpt.Hyperparameters.from_env({"RECIPE": recipe})
+                for recipe in ("2026-03-23", "2026-04-09", "2026-04-27")}
+    cells, wrong = recipe_table_cells(), []
+    assert len(cells) >= 50 and {"ITERATIONS", "DATA_PATH", "LOOP_START", "LQER_GROUP"} <= {n for n, _ in cells}
+    for name, row in cells:
+        for recipe, written in row.items():
+            actual = getattr(resolved[recipe], name.lower())
+            written = written.replace("−", "-")
+            if written.startswith("…") or isinstance(actual, str) and "/" in actual:  # a path: its last part
+                same = actual.endswith(written.lstrip("…"))
+            elif isinstance(actual, (bool, int, float)):
+                same = float(written) == float(actual)
+            else:
+                same = written == actual
+            if not same:
+                wrong.append(f"{name} under {recipe}: README says {written}, the trainer {actual!r}")
+    assert wrong == []

@@ -1,4 +1,4 @@
-"""Record fidelity (issue 18): the record's own command gives the record's model. The CUDA dtype recipe against
+"""Record fidelity: the record's own command gives the record's model. The CUDA dtype recipe against
 SPEC §4's table, same-seed init against an independent reference written from SPEC §4, the weight average applied
 for each (EMA_ENABLED, SWA_ENABLED), SWA snapshots that copy, late QAT kept into TTT training, the eval lengths of
 SPEC §8, and the record's exact env line (SPEC §1, scaled to a tiny model) through the real trainer."""

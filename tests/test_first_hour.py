@@ -1,4 +1,4 @@
-"""Issue 36, a user's first hour: what the trainer says to a Python without torch, to a bad TRAIN_SEQ_LEN and to a
+"""A user's first hour: what the trainer says to a Python without torch, to a bad TRAIN_SEQ_LEN and to a
 mistyped setting (at the start and again at the end of the run, and in run.sh's last line), its CPU-thread line,
 that importing it changes no environment, and tools/sample.py printing continuations of a finished run."""
 import os

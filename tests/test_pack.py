@@ -166,7 +166,7 @@ def test_packed_trainer_kernels_build_and_run_under_the_triton_interpreter():
 
 def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_that_checks(tiny_data_short_val,
                                                                                             tmp_path):
-    """The round trip of issue 19: pack -> a tiny CPU run of the packed file -> its log carries the readable source
+    """The packed trainer's round trip: pack -> a tiny CPU run of the packed file -> its log carries the readable source
     (sha256 and text) and counts exactly the packed file's bytes, before training and at the end -> records.make
     builds a folder that check passes; a one-byte edit of the payload then fails check."""
     readable = read_source(SCRIPT)

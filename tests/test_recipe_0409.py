@@ -1,4 +1,4 @@
-"""RECIPE=2026-04-09 (issue 22, SPEC_0409): the recipe table and its overrides, the model (parameter count, layer
+"""RECIPE=2026-04-09 (SPEC_0409): the recipe table and its overrides, the model (parameter count, layer
 lists, looping, parallel residuals, skip gates, bf16 RoPE tables, same-seed init) against references written from
 SPEC_0409 §4, MuonEq-R and clipping of the reduced gradients (a hand computation; 2 gloo ranks vs 1), the
 wallclock-fraction warmdown with the GPTQ reserve in the real training loop, the Hessians of the GPTQ calibration,
@@ -319,7 +319,7 @@ def test_parallel_block_adds_both_branches_of_one_input(tgpt):
 
 
 def test_rope_tables_of_the_04_09_record(tgpt):
-    """SPEC_0409 §0.7 as measured on CUDA (bench/rope_tables.py, bench/NOTES.md "RoPE tables"): the record's
+    """SPEC_0409 §0.7 as measured on CUDA (bench/NOTES.md "RoPE tables"): the record's
     first compiled forward builds its table from fp32 positions times its bf16-rounded theta buffer, angles in
     fp32; past the RoPE train length, NTK-rescaled fp32 as without the toggle."""
     cos, sin, _ = tgpt.rotary_tables(2048, 64, 16, 10000.0, CPU, torch.float32, 2048, True)

@@ -1,4 +1,4 @@
-"""Issue 35: one RoPE table per model and length, made once by eager code and read by every path. A table built
+"""One RoPE table per model and length, made once by eager code and read by every path. A table built
 inside a compiled graph gets the backend's roundings (CPU inductor keeps bf16 positions but drops theta's bf16
 cast; CUDA keeps theta's and drops the positions', bench/NOTES.md "RoPE tables"), so a compiled scoring forward
 and the eager TTT-training / GPTQ-calibration forwards would otherwise see different positional encodings."""

@@ -143,7 +143,7 @@ def test_cpu_preset_applies_with_data_paths_set_and_exported_settings_win(tmp_pa
     assert out.returncode == 2, out.stdout[-3000:]
     assert last_line(out.stdout).startswith("run.sh: FAILED (exit 2): invalid configuration:")
     assert "MODEL_DIM=128 must be divisible by NUM_HEADS=3" in last_line(out.stdout)
-    # refused before any work: no log claims the RUN_ID, so the corrected run may use it (issue 36)
+    # refused before any work: no log claims the RUN_ID, so the corrected run may use it
     assert last_line(out.stdout).endswith("(nothing started; logs/%s.console.txt removed, RUN_ID=%s is free)"
                                           % (run_id, run_id))
     assert not [name for name in os.listdir(root / "logs") if name.startswith(run_id)]
@@ -358,7 +358,7 @@ def test_setup_installs_only_what_the_venv_lacks(tmp_path, run_id):
 
 
 def test_test_sh_installs_triton_into_the_venv_and_lists_skips(tmp_path, run_id):
-    """README's test command failed on a fresh machine: only .ci/run installed Triton (issue 36)."""
+    """README's test command failed on a fresh machine: only .ci/run installed Triton."""
     root = copy_repo(tmp_path)
     pip_log, block = tmp_path / "pip.log", tmp_path / "block_triton"
     block.touch()

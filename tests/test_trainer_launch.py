@@ -1,4 +1,4 @@
-"""train_gpt.py as a user starts it (issue 23, trainer side): --help and unknown arguments, the reason of a failure
+"""train_gpt.py as a user starts it (trainer side): --help and unknown arguments, the reason of a failure
 as the last line (with and without torchrun, one and two gloo ranks), Ctrl-C, a RUN_ID whose log exists, the
 tokenizer identity check against the dataset's manifest.json, and a Python without brotli."""
 import dataclasses
@@ -109,7 +109,7 @@ def test_ctrl_c_on_a_direct_run_exits_130_with_one_line(tiny_data, tmp_path):
         rest, err = proc.communicate(timeout=60)  # the loader thread stopped too: the process is gone
     finally:
         proc.kill()
-    # the log's last line says how and when (issue 36): the signal, the UTC time and the last step
+    # the log's last line says how and when: the signal, the UTC time and the last step
     assert proc.returncode == 130 and re.fullmatch(r"stopped: SIGINT at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d UTC, "
                                                    r"step:\d+/100000 train_time:\d+ms; no checkpoint "
                                                    r"\(CHECKPOINT_ON_SIGNAL=1 saves one\)\n", err), err
