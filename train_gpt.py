@@ -70,7 +70,8 @@ RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
     byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,"
                                                     "q_gain,skip_weight,skip_weights,skip_gates")}
 # 2026-04-27 (SPEC_0427 §11: the record's run, not its script's defaults, §0.1), as changes to 2026-04-09's table;
-# GPTQ_RESERVE_SECONDS 8, not the run's 0.5, keeps the Hessians' training-data reads inside the cap (§0.4).
+# GPTQ_RESERVE_SECONDS 8, not the run's 0.5, keeps the Hessians' training-data reads inside the cap (§0.4); no
+# round-trip or sliding eval: the score is the phased TTT's, and they would cost the eval clock a compile each.
 RECIPES["2026-04-27"] = dict(
     RECIPES["2026-04-09"], data_path="./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     tokenizer_path="./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model", qk_gain_init=5.0,
@@ -80,7 +81,7 @@ RECIPES["2026-04-27"] = dict(
     muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
     val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
     muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
-    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1, sliding_eval=False,
+    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1, roundtrip_eval=False, sliding_eval=False,
     mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
@@ -187,6 +188,7 @@ class Hyperparameters:
     byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
+    roundtrip_eval: bool = True  # the reloaded artifact's plain eval (a diagnostic where TTT gives the score); 0: none
     sliding_eval: bool = True  # the artifact's sliding-window eval (a diagnostic where TTT gives the score); 0: none
     control_tensor_name_patterns: str = ("attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
                                          "skip_weight,skip_weights,smear,dtg_gate,ve_layer_scales,ve_shared.scale,"
@@ -3728,8 +3730,9 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     eval_model.set_qat(model.qat_enabled())  # late QAT stays on into TTT training, as in the record
     eval_forward = make_hidden_forward(h, dist_info, eval_model)  # a new model of the same recipe reuses the code
     split = {"deserialize": time.perf_counter() - eval_started}  # seconds of each part of eval_time
-    results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True, split=split,
-                                      evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
+    if h.roundtrip_eval:
+        results["roundtrip"] = timed_eval(dist_info, logger, "final_int6_roundtrip", exact=True, split=split,
+                                          evaluate=lambda: plain(eval_model, eval_forward, h.effective_eval_seq_len))
     record_stride = h.eval_stride != RECORD_EVAL_STRIDE and RECORD_EVAL_STRIDE <= h.effective_eval_seq_len
     for stride in ([h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else [])) * h.sliding_eval:
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")

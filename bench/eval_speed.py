@@ -13,8 +13,8 @@ warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, b
 estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cost model for a val set (--val: our
           shards' documents; --record-logs: the record's FineWeb val set from its logs) at each world size: each
           queue batch's LoRA steps at their row lengths on the rows the trainer computes (costs interpolated between
-          measured row counts); rank r scores batches r, r + W, ... (--greedy: also free rank first); at each phase
-          every rank waits for the last, then all run the phase's SGD chunks.
+          measured row counts), the batches given to ranks and the phases placed by the trainer's own ttt_schedule;
+          at each phase every rank waits for the last, then all run the phase's SGD chunks.
 
   python3 bench/eval_speed.py evals [--nproc 2] [--parts train,sliding,full,phased] [--artifact A.ptz] [--out DIR]
   python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json]
@@ -29,8 +29,9 @@ a time limit) reuses them and prints the whole table. warmup: RECIPE defaults to
 model (timings do not depend on the weights). estimate: a cost file without fewer-row timings prices every step on
 all rows; --record-logs reads the `ttp: bN/782 ... dl:MIN-MAX` lines of the record's rank-0 logs (213 of its 782
 batches of 64 documents; the others' longest interpolated, lengths inside a batch in even steps of the logarithm),
-its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines). Not modelled: the SGD
-gradients' all-reduce, per-batch host work, any compile inside the loop (the warm-up compiles before it)."""
+its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines, at 8 GPUs; used at every
+world size). Not modelled: the SGD gradients' all-reduce, per-batch host work, any compile inside the loop (the
+warm-up compiles before it)."""
 import argparse
 import glob
 import json
@@ -99,8 +100,8 @@ def evaluate(args) -> None:
     val = tg.load_validation_data(h, tg.load_tokenizer(h, logger), dist_info.device)
     tokens = tg.device_tokens(val, dist_info.device)
     # this rank's own seconds in each part of the phased eval (a rank that is done waits in a collective), printed
-    # as each ends: the scoring of its batches, the warm-up, each phase's gather (the wait for every rank) and SGD
-    spent = {"lora_ttt_batch": [], "warm_up_lora_ttt": [], "gather_phase_documents": [], "global_sgd_phase": []}
+    # as each ends: the scoring of its batches, the warm-up and each phase's SGD (the trainer logs each wait)
+    spent = {"lora_ttt_batch": [], "warm_up_lora_ttt": [], "global_sgd_phase": []}
 
     def timed(name, work):
         def run(*a):
@@ -129,7 +130,7 @@ def evaluate(args) -> None:
     model.looping = h.num_loops > 0
     loaded = time.perf_counter() - started
     if args.eval == "phased":
-        loss, bpb = tg.phased_ttt_eval(h, dist_info, logger, model, tokens, val.target_bytes)
+        loss, bpb = tg.phased_ttt_eval(h, dist_info, logger, model, tokens, val.target_bytes, {})
     elif args.eval == "sliding":
         forward = tg.make_hidden_forward(h, dist_info, model)
         loss, bpb = tg.sliding_window_eval(h, dist_info, model, forward, tokens, val.target_bytes, h.eval_stride)
@@ -305,18 +306,18 @@ def record_batches(paths: list) -> list:
 
 
 def val_batches(tg, h) -> tuple:
-    """Per queue batch of the val shards its documents' lengths (ascending), and each phase's SGD chunks at `h`'s
-    boundaries."""
+    """Per queue batch of the val shards its documents' lengths (ascending), `h`'s boundaries, and a function of the
+    phases (the trainer's ttt_schedule's) that gives each phase's SGD chunks: its documents (phase_documents), each
+    with its final BOS, in TTT_CHUNK_TOKENS chunks, the last one not trained."""
     spans = val_document_spans(tg, h)
     lengths = spans[:, 1] - spans[:, 0]
     queue, order = tg.ttt_queue(spans, h.ttt_doc_batch)
     batches = [sorted(lengths[docs].tolist()) for docs in queue]
     boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
-    counts, chunks = np.cumsum([docs.numel() for docs in queue]), []
-    for boundary in boundaries:  # as gather_phase_documents: the scored documents in the record's order, the first
-        scored = torch.cat(queue[:int(np.searchsorted(counts, boundary)) + 1])  # `boundary`; each with its final
-        docs = order[torch.isin(order, scored)][:boundary]  # BOS, in chunks (the last one not trained)
-        chunks.append(max(math.ceil(int((lengths[docs] + 1).sum() - 1) / h.ttt_chunk_tokens) - 1, 0))
+
+    def chunks(phases):
+        docs = [tg.phase_documents(order, queue, end, boundary) for end, boundary in phases]
+        return [max(math.ceil(int((lengths[d] + 1).sum() - 1) / h.ttt_chunk_tokens) - 1, 0) for d in docs]
     return batches, boundaries, chunks
 
 
@@ -330,7 +331,9 @@ def step_ms(cost: dict, rows: int):
     return lambda length: float(np.interp(rows, counts, [measured[n][length] for n in counts]))
 
 
-def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world, greedy=False) -> dict:
+def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
+    """The loop at `world` ranks: the trainer's ttt_schedule (its phases, and its batches per rank between phases by
+    its own cost model) timed with the measured one; every rank waits at each phase for the slowest, then the SGD."""
     sgd_ms = {int(k): v for k, v in cost["sgd_ms"].items()}
     if world not in sgd_ms:
         sys.exit(f"--cost: no SGD step time for world size {world} (measured: {sorted(sgd_ms)})")
@@ -342,33 +345,22 @@ def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world, greedy=False) 
         total = 0.0
         for s in range(math.ceil(lengths[-1] / chunk)):
             going_on = sum(1 for n in lengths if n > s * chunk)
-            rows = min(full, max(2, 1 << (going_on - 1).bit_length())) if compacted else full
-            total += costs[rows](tg.lora_context((s + 1) * chunk, ctx))
+            total += costs[tg.lora_step_rows(going_on, full) if compacted else full](tg.lora_context((s + 1) * chunk,
+                                                                                                  ctx))
         return total / 1e3
-    counts = np.cumsum([len(lengths) for lengths in batches])
-    phases = [(int(np.searchsorted(counts, b)) + 1, k) for k, b in enumerate(boundaries) if b <= counts[-1]]
-    phases = [(before, k) for before, k in phases if before < len(batches)]
-    clock, busy, done = [0.0] * world, [0.0] * world, 0  # queue batches [0, done) are scored
-
-    def run_until(limit: int) -> None:
-        """Static: batch q is rank q mod W's (the trainer's). Greedy: each to the rank that is free first (what a
-        shared work counter gives, as the record's file lock does)."""
-        nonlocal done
-        for q in range(done, min(limit, len(batches))):
-            rank = clock.index(min(clock)) if greedy else q % world
-            seconds = batch_seconds(batches[q])
-            clock[rank] += seconds
-            busy[rank] += seconds
-        done = max(done, min(limit, len(batches)))
-    sgd_total = 0.0
-    for before, k in phases:
-        run_until(before)
-        sgd = sgd_chunks[k] * sgd_ms[world] / 1e3
-        sgd_total += sgd
-        clock = [max(clock) + sgd] * world
-    run_until(len(batches))
-    return dict(world=world, loop_s=max(clock), rank_busy_s=[round(b, 1) for b in busy], sgd_s=sgd_total,
-                batches=len(batches), longest_batch_s=batch_seconds(batches[0]), total_gpu_s=sum(busy),
+    phases, assignment = tg.ttt_schedule([len(b) for b in batches], [tg.lora_batch_cost(h, b) for b in batches],
+                                         boundaries, world)
+    chunks = sgd_chunks(phases)
+    seconds = [batch_seconds(lengths) for lengths in batches]
+    busy, loop_s, sgd_total = [0.0] * world, 0.0, 0.0
+    for segment, ranks in enumerate(assignment):
+        loads = [sum(seconds[q] for q in batches_of_rank) for batches_of_rank in ranks]
+        busy = [b + load for b, load in zip(busy, loads)]
+        loop_s += max(loads)
+        if segment < len(phases):
+            sgd_total += chunks[segment] * sgd_ms[world] / 1e3
+    return dict(world=world, loop_s=loop_s + sgd_total, rank_busy_s=[round(b, 1) for b in busy], sgd_s=sgd_total,
+                phases=phases, batches=len(batches), longest_batch_s=max(seconds), total_gpu_s=sum(busy),
                 compacted=compacted)
 
 
@@ -382,25 +374,24 @@ def estimate(args) -> None:
             args.phases = scaled_phase_docs(len(val_document_spans(tg, h)))
         h = tg.Hyperparameters.from_env(dict(env, TTT_PHASE_DOCS=args.phases))
         batches, boundaries, chunks = val_batches(tg, h)
-        what = f"{args.val}'s val documents, phases at {args.phases} documents ({chunks} SGD chunks)"
+        what = f"{args.val}'s val documents, phases at {args.phases} documents"
     else:
         h = tg.Hyperparameters.from_env(env)
-        batches, boundaries, chunks = record_batches(args.record_logs), list(RECORD_PHASES), list(RECORD_SGD_CHUNKS)
+        batches, boundaries = record_batches(args.record_logs), list(RECORD_PHASES)
+        chunks = lambda phases: list(RECORD_SGD_CHUNKS)  # noqa: E731 (its logs' counts, at 8 GPUs)
         what = "the record's val set (782 batches from its logs), phases at 833/1666/2500 documents"
     print(f"cost model: {cost['device']} ({cost['torch']}), LoRA ms by row length {cost['lora_step_ms']}, "
           f"SGD ms by world size {cost['sgd_ms']}\n{what}; longest document {batches[0][-1]:,} tokens; rows per step: "
           + ("the trainer's (the last from the first whose document goes on), costs interpolated between the measured "
              "row counts" if any(k.startswith("lora_step_ms_rows_") for k in cost) else
              "all (the cost file has no fewer-row timings; the trainer computed every row then)") + "\n")
-    print("| world | batches to ranks | predicted loop s | longest batch s | SGD s | scoring GPU-s | "
-          "per-rank scoring s |")
+    print("| world | phases (batches scored before, boundary) | predicted loop s | longest batch s | SGD s | "
+          "scoring GPU-s | per-rank scoring s |")
     print("|---|---|---:|---:|---:|---:|---|")
     for world in [int(w) for w in args.world.split(",") if w.strip()]:
-        for greedy in (False, True) if args.greedy else (False,):
-            row = simulate(tg, h, batches, boundaries, chunks, cost, world, greedy)
-            print(f"| {world} | {'free rank first' if greedy else 'q mod W (ours)'} | {row['loop_s']:.1f} | "
-                  f"{row['longest_batch_s']:.1f} | {row['sgd_s']:.1f} | {row['total_gpu_s']:.1f} | "
-                  f"{row['rank_busy_s'] if world <= 8 else '...'} |")
+        row = simulate(tg, h, batches, boundaries, chunks, cost, world)
+        print(f"| {world} | {row['phases']} | {row['loop_s']:.1f} | {row['longest_batch_s']:.1f} | "
+              f"{row['sgd_s']:.1f} | {row['total_gpu_s']:.1f} | {row['rank_busy_s'] if world <= 8 else '...'} |")
 
 
 def main() -> None:
@@ -423,7 +414,6 @@ def main() -> None:
     source.add_argument("--record-logs", nargs="+", help="the 2026-04-27 record's seed logs")
     sim.add_argument("--world", default="1,2,4,8", help="world sizes, comma-separated")
     sim.add_argument("--phases", help="TTT_PHASE_DOCS for --val (default: scaled from the record's)")
-    sim.add_argument("--greedy", action="store_true", help="also the rows of a free-rank-first assignment")
     args = parser.parse_args()
     {"evals": evals, "warmup": warmup, "estimate": estimate}[args.mode](args)
 
