@@ -198,28 +198,31 @@ def test_gptq_solve_bench_times_every_record_shape(tmp_path):
     assert abs(total - sum(float(row[5]) for row in rows)) < 0.01 + 0.005 * len(rows)
 
 
-def test_eval_speed_estimate_simulates_the_static_split_the_phase_barrier_and_a_free_rank_first_split(tgpt, tmp_path):
+def test_eval_speed_estimate_simulates_the_trainers_schedule_and_the_phase_barrier(tgpt, tmp_path):
     """bench/eval_speed.py estimate's schedule by hand: EVAL_SEQ_LEN 128 and 16-token chunks give steps of row length
     64 (chunk ends <= 64: 1 s) then 128 (2 s); a batch whose longest document has 100 tokens runs 4 + 3 steps (10 s),
-    one of 48 tokens 3 steps (3 s). The phase before queue batch 2 waits for the slower rank, then all run 5 SGD
-    chunks of 4 s. With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the batch of
-    10- and 100-token documents, 2 rows throughout, costs half. The record's logs give 782 batches, the longest
-    first, 50,000 documents."""
+    one of 48 tokens 3 steps (3 s). Boundary 4 is reached by queue batch 1; with the W - 1 = 1 batch the other rank
+    holds, the phase comes after batch 2. Before it, batches go to the rank whose batches cost least so far (these
+    short steps all cost the trainer's floor: cost = steps): 0 to rank 0, 1 and 2 to rank 1; the phase waits for the
+    slower rank (10 s), then all run 5 SGD chunks of 4 s; batch 3 goes to rank 0 (3 s). Without a phase, batch 3 goes
+    to rank 1 (6 < 7 steps). With 2-row timings (half the cost) in the cost file, a step runs the trainer's rows: the
+    batch of 10- and 100-token documents, 2 rows throughout, costs half. The record's logs give 782 batches, the
+    longest first, 50,000 documents."""
     import eval_speed as estimate
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, EVAL_SEQ_LEN="128", TTT_LORA_CHUNK="16"))
     cost = {"doc_batch": 64, "lora_step_ms": {"64": 1000.0, "128": 2000.0}, "sgd_ms": {"2": 4000.0}}
-    batches = [[100, 100], [48, 48], [48, 48], [48, 48]]
-    row = estimate.simulate(tgpt, h, batches, [4], [5], cost, 2)  # 4 documents: the phase comes before batch 2
+    batches, five = [[100, 100], [48, 48], [48, 48], [48, 48]], lambda phases: [5] * len(phases)
+    row = estimate.simulate(tgpt, h, batches, [4], five, cost, 2)
+    assert row["phases"] == [(3, 4)]
     assert row["rank_busy_s"] == [13.0, 6.0] and row["loop_s"] == 10 + 20 + 3
     assert row["longest_batch_s"] == 10 and row["sgd_s"] == 20
-    static, greedy = (estimate.simulate(tgpt, h, batches, [], [], cost, 2, flag) for flag in (False, True))
-    assert static["loop_s"] == 13  # rank 0: batches 0 and 2
-    assert greedy["loop_s"] == 10 and greedy["rank_busy_s"] == [10.0, 9.0]  # rank 1 takes 1, 2 and 3
+    no_phase = estimate.simulate(tgpt, h, batches, [], five, cost, 2)
+    assert no_phase["loop_s"] == 10 and no_phase["rank_busy_s"] == [10.0, 9.0]
     with pytest.raises(SystemExit, match="no SGD step time for world size 4"):
-        estimate.simulate(tgpt, h, batches, [4], [5], cost, 4)
+        estimate.simulate(tgpt, h, batches, [4], five, cost, 4)
     half = dict(cost, lora_step_ms_rows_2={"64": 500.0, "128": 1000.0})
-    assert estimate.simulate(tgpt, h, [[10, 100]], [], [], half, 2)["loop_s"] == 5  # 2 rows: 4 x 0.5 + 3 x 1 s
-    assert estimate.simulate(tgpt, h, [[10, 100]], [], [], cost, 2)["loop_s"] == 10
+    assert estimate.simulate(tgpt, h, [[10, 100]], [], five, half, 2)["loop_s"] == 5  # 2 rows: 4 x 0.5 + 3 x 1 s
+    assert estimate.simulate(tgpt, h, [[10, 100]], [], five, cost, 2)["loop_s"] == 10
     log = tmp_path / "record.log"
     log.write_text("ttp: b782/782 bl:2.1 dl:30339-97114 gd:0\nttp: b1/782 bl:2.7 dl:2-105 gd:1\n"
                    "ttp: b392/782 dl:500-510 gd:1\n")

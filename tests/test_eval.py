@@ -635,10 +635,14 @@ def test_run_final_evaluation_logs_the_challenge_lines(ev, tmp_path, small_passt
         r"  ttt_chunk \[3/3\] bpb=\d+\.\d{6} time=\d+\.\ds",
         r"ttt_sliding:done val_loss=\d+\.\d{6} val_bpb=\d+\.\d{6} elapsed=\d+\.\ds",
         rf"legal_ttt val_loss:{f4} val_bpb:{f4} eval_time:{ms}", rf"legal_ttt_exact val_loss:{f8} val_bpb:{f8}",
-        rf"eval_time:{ms} \(deserialization, every eval above, compile included\)"]  # from the start of evaluation
+        rf"eval_time:{ms} \(deserialization, every eval above, compile included\)",  # from the start of evaluation
+        rf"eval_time_split deserialize:{ms} final_int6_roundtrip:{ms} final_int6_sliding_window:{ms} "
+        rf"final_int6_sliding_window_s64:{ms} legal_ttt:{ms} other:-?{ms}"]  # its parts, in the order they ran
     assert len(logger.lines) == len(expected), logger.lines
     for line, pattern in zip(logger.lines, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
+    parts = [int(part) for part in re.findall(r":(-?\d+)ms", logger.lines[-1])]
+    assert abs(sum(parts) - int(re.search(r"\d+", logger.lines[-2]).group())) <= len(parts)  # they add up
     assert not any("int8" in line for line in logger.lines)
     assert results["final_int6_sliding_window_s64"] == pytest.approx(results["roundtrip"], rel=1e-6)  # stride = L
     assert results["total_bytes"] == os.path.getsize(tmp_path / ev.ARTIFACT_FILENAME) + 999
