@@ -1,9 +1,12 @@
-"""How fast is a training step, per recipe and world size, and where does its GPU time go? Three modes:
+"""How fast is a training step, per recipe and world size, at what fraction of the GPU's matmul rate, and where does
+its GPU time go? Four modes:
 
+flops    FLOPs of one optimizer step per config, before and after looping, and attention's share (CPU, seconds).
 train    train_gpt.py (or any script with the challenge's log lines, e.g. an older commit's copy) for each script x
          config x world size, in one invocation so that before/after rows share the machine state; one table of
-         step_avg, tokens/s, MFU, peak memory, data wait, the last val bpb, train losses at chosen steps, the step
-         looping switched on, ms/step in windows of logged steps, the ratio to the first row, the kernels chosen.
+         step_avg, tokens/s, peak memory, data wait, the last val bpb, train losses at chosen steps, the step looping
+         switched on, ms/step in windows of logged steps, the ratio to the first row, the kernels chosen; then per
+         window (0: = step_avg) the FLOPs per step (pre-loop, looped or the mix) and MFU.
          Each run stops at its peak-memory line (the end of training: no end-of-run evals); --budget caps the call.
 micro    forward+backward of one compiled micro-step (random tokens, or --tokens shard) per variant of the model
          code; the first loss and first-gradient norm show whether a variant kept the math.
@@ -24,19 +27,18 @@ profile  a few steps built from the trainer's functions: step wall with and with
 train: a config is LABEL:KEY=VALUE,... (nothing after the colon: the defaults) or a preset: 0323, 0409 (on --sp8192
 data), 0427 (on --caseops data: documents loader, document-aware attention), 0427_dense (TRAIN_LOADER=shuffled:
 dense causal attention), pP_cC (TRAIN_PREFETCH=P, TRAIN_COPY_STREAM=C). A config given twice gets a suffix: a
-control run; --expect-same-losses exits 1 unless every run logs the first run's losses bit for bit. MFU: the model
-FLOPs of a 2026-03-23 step (3x the forward's matmuls and causal attention) against --peak-tflops per GPU (H100 SXM
-dense bf16: 989); n/a for another RECIPE. micro: a variant is a name of VARIANTS, `inductor:NAME=VALUE` (a dotted
-inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants remove one component's work, so
-their difference to base is the most any faster kernel for it could save."""
+control run; --expect-same-losses exits 1 unless every run logs the first run's losses bit for bit. FLOPs: step_flops
+(this train_gpt.py's model, also for an older --script). MFU: against --peak-tflops per GPU (H100/H200 SXM dense
+bf16: 989) and the GPU's 8192^3 bf16 matmul rate, measured first. micro: a variant is a name of VARIANTS,
+`inductor:NAME=VALUE` (a dotted inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants
+remove one component's work, so their difference to base is the most any faster kernel for it could save."""
 import argparse
 import ast
 import bisect
-import gzip
+import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -46,25 +48,69 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import REPO, check_paths, configure_kernels, install_wheels, kill_leftover_trainers, load_trainer, \
     run_trainer, window_ms  # noqa: E402
 
-RECORD_SHAPE = dict(NUM_LAYERS=11, MODEL_DIM=512, NUM_HEADS=8, NUM_KV_HEADS=4, MLP_MULT=3.0, VOCAB_SIZE=1024,
-                    TRAIN_SEQ_LEN=2048, TRAIN_BATCH_TOKENS=786432, BIGRAM_DIM=128, VE_DIM=128, VE_LAYERS="9,10")
+# ==== FLOPs ====
+COUNTER = {}  # the trainer module that step_flops counts with (loaded once) and its attention calls' q shapes
+# the torch and GPU line, then (on a GPU) the bf16 matmul rate in TFLOP/s: 8192^3, the mean of 10 after 3 warm-ups
+PROBE = ("import torch as T\nc = T.cuda\nprint('torch', T.__version__, c.device_count(), 'GPU(s)', c.is_available() "
+         "and c.get_device_name(0))\na, b = T.randn(2, 8192, 8192, device='cuda', dtype=T.bfloat16)\ne = [c.Event("
+         "enable_timing=True) for _ in range(2)]\nfor i in range(13):\n    e[0].record() if i == 3 else None\n"
+         "    a @ b\ne[1].record()\ne[1].synchronize()\nprint(2 * 8192 ** 3 / e[0].elapsed_time(e[1]) / 1e8)")
+
+
+def step_flops(env: dict, piece_tokens: float = 0.0) -> dict:
+    """{looping: (FLOPs, of them attention's)} of one optimizer step of train_gpt.py's GPT at `env`'s settings, and
+    "tokens", "piece", "piece_from": FlopCounterMode over forward + backward of a micro-step of TRAIN_BATCH_TOKENS/8
+    tokens on the meta device, x 8, on the PyTorch paths (it cannot see the fused ops' GEMMs, the same ones). It takes
+    causal SDPA as the whole T x T, so attention is counted here: a causal piece of L tokens has L^2/2 (query, key)
+    pairs at 4 FLOPs per head dim forward (QK^T, PV) and 8 backward (dQ, dK, dV, dP; not the kernels' recompute of
+    QK^T), so a call on N tokens is 6 N H D L_eff, L_eff = sum L^2 / sum L: TRAIN_SEQ_LEN on dense rows; on
+    TRAIN_LOADER=documents rows piece_tokens if > 0, else measured on DATA_PATH, else TRAIN_SEQ_LEN (an upper bound)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    if not COUNTER:  # attention replaced by a FLOP-free sum through which q, k and v still get their gradients
+        tg = COUNTER["tg"] = load_trainer()
+        tg.causal_attention = lambda q, k, v, *_: COUNTER["calls"].append(q.shape) or q + (k + v).repeat_interleave(
+            q.size(2) // k.size(2), dim=2)
+        tg.GPT._init_weights = lambda *_: None  # meta tensors hold no values
+    tg = COUNTER["tg"]
+    h = tg.Hyperparameters.from_env(dict(env, QK_KERNEL="torch", MLP_KERNEL="torch", CE_KERNEL="torch",
+                                         COMPRESSOR="lzma"))  # the codec changes no FLOP; lzma needs no wheel
+    row, documents, squares, rows = h.train_batch_tokens // 8, h.train_loader == "documents", 0.0, 0
+    for path in sorted(glob.glob(h.train_files)) if documents and not piece_tokens else []:  # the loader's rows in
+        shard = tg.load_data_shard(path)  # one pass of the shards (at most 1,024), each piece L of their cu_seqlens
+        for begin in range(tg.first_document(path, shard, row + 1), len(shard) - row, row + 1)[:1024 - rows]:
+            pieces = tg.np.diff(tg.document_cu_seqlens(shard[begin:begin + row], tg.BOS_ID, h.train_seq_len, 1))
+            squares, rows = squares + float((pieces.astype("float64") ** 2).sum()), rows + 1
+    piece, source = (piece_tokens, "assumed") if documents and piece_tokens else (squares / rows / row, "measured on "
+                     + h.data_path) if rows else (h.train_seq_len, "no data: an upper bound" if documents else "dense")
+    counts = {"tokens": h.train_batch_tokens, "piece": piece, "piece_from": source}
+    with torch.device("meta"):
+        model = tg.GPT(h)
+        ids = torch.zeros((1, row) if documents else (row // h.train_seq_len, h.train_seq_len), dtype=torch.long)
+        cu_seqlens = torch.zeros(2, dtype=torch.int32) if documents else None  # only whether there is one matters
+    for looping in (False, True):
+        model.looping, COUNTER["calls"] = looping, []
+        with FlopCounterMode(display=False) as counter:
+            model(ids, ids, cu_seqlens).backward()
+        attention = sum(6 * b * t * heads * dim * piece for b, t, heads, dim in COUNTER["calls"])
+        counts[looping] = (8 * (counter.get_total_flops() + attention), 8 * attention)
+    return counts
+
+
+def print_flops(lines: list, args) -> None:
+    """Per (config, nproc, window, ms/step or None, counts, (FLOPs, attention) per step): MFU where ms is known."""
+    mfu = lambda flops, ms, rate, gpus: "%.1f" % (flops / ms / rate / gpus / 1e7) if ms and rate else "-"  # noqa
+    print("\nFLOPs per step (step_flops) and MFU per GPU against %.0f TFLOP/s (spec) and %.1f (this GPU's bf16 matmul; "
+          "0: no GPU)\n%-11s %5s %9s %9s %11s %6s %8s %8s  %s" % (args.peak_tflops, args.matmul_tflops, "config",
+          "nproc", "window", "ms/step", "FLOPs/step", "attn%", "MFU%spec", "MFU%mm", "attention's L_eff"))
+    for label, nproc, window, ms, counts, (flops, attention) in lines:
+        print("%-11s %5d %9s %9s %11.5g %6.2f %8s %8s  %.1f (%s)" % (
+            label, nproc, window, "%.2f" % ms if ms else "-", flops, 100 * attention / flops,
+            mfu(flops, ms, args.peak_tflops, nproc), mfu(flops, ms, args.matmul_tflops, nproc), counts["piece"],
+            counts["piece_from"]))
 
 
 # ==== train ====
-def step_flops(env: dict) -> float:
-    """Model FLOPs of one optimizer step (forward + backward) for the record architecture at `env`'s shape."""
-    get = lambda name: type(RECORD_SHAPE[name])(env.get(name, RECORD_SHAPE[name]))  # noqa: E731
-    layers, dim, heads, kv_heads = get("NUM_LAYERS"), get("MODEL_DIM"), get("NUM_HEADS"), get("NUM_KV_HEADS")
-    kv_dim = kv_heads * dim // heads
-    hidden = int(get("MLP_MULT") * dim)
-    per_layer = 2 * dim * dim + 2 * kv_dim * dim + 2 * hidden * dim  # q, o, k, v, up, down weights
-    ve_layers = len([part for part in get("VE_LAYERS").split(",") if part.strip()])
-    matmul_weights = layers * per_layer + get("VOCAB_SIZE") * dim + get("BIGRAM_DIM") * dim
-    matmul_weights += (get("VE_DIM") * kv_dim) if ve_layers else 0
-    attention_per_token = layers * 2 * get("TRAIN_SEQ_LEN") * dim  # QK^T and AV, causal (half of 2*2*T*d)
-    return 3.0 * (2 * matmul_weights + attention_per_token) * get("TRAIN_BATCH_TOKENS")
-
-
 def presets(args) -> dict:
     caseops = {"DATA_PATH": args.caseops, "TOKENIZER_PATH": args.caseops_tokenizer}
     data_path = {"p%d_c%d" % pc: {"TRAIN_PREFETCH": str(pc[0]), "TRAIN_COPY_STREAM": str(pc[1])}
@@ -85,22 +131,28 @@ def parse_config(text: str, known: dict) -> tuple:
 
 
 def train(args) -> int:
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    if os.environ.get("LEFTOVERS_KILLED") != "1":  # harness.py gpus did it once for all its commands
-        kill_leftover_trainers()
-    install_wheels(required=False)  # COMPRESSOR=ans/pergroup recipes check for constriction at start-up
-    subprocess.run([sys.executable, "-c", "import torch; print('torch', torch.__version__, torch.cuda.device_count(),"
-                    " 'GPU(s)', torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"])
     configs, labels = [parse_config(text, presets(args)) for text in (args.config or ["record:"])], []
     for index, (label, settings) in enumerate(configs):  # a config given twice (a control run) gets a suffix
         labels.append(label if label not in labels else "%s_%d" % (label, index))
         configs[index] = (labels[-1], settings)
-    for _, settings in configs:
-        if "DATA_PATH" in settings:
-            check_paths("step_time", settings["DATA_PATH"], settings["TOKENIZER_PATH"])
+    batch = {"TRAIN_BATCH_TOKENS": str(args.batch_tokens)} if args.batch_tokens else {}
+    if args.mode == "flops":  # the counts alone, on any machine
+        print_flops([(label, 1, ("pre-loop", "looped")[looping], None, counts, counts[looping]) for label, settings
+                     in configs for counts in [step_flops(dict(settings, **batch), args.piece_tokens)]
+                     for looping in (False, True)], args)
+        return 0
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("LEFTOVERS_KILLED") != "1":  # harness.py gpus did it once for all its commands
+        kill_leftover_trainers()
+    install_wheels(required=False)  # COMPRESSOR=ans/pergroup recipes check for constriction at start-up
+    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True).stdout.splitlines()
+    print(*probe[:1])  # in a child, before the runs: the GPU idle, and this process holds no CUDA context beside them
+    args.matmul_tflops = args.matmul_tflops or (float(probe[1]) if len(probe) > 1 else 0.0)  # 0: no GPU
+    for settings in (settings for _, settings in configs if "DATA_PATH" in settings):
+        check_paths("step_time", settings["DATA_PATH"], settings["TOKENIZER_PATH"])
     base = dict(os.environ, ITERATIONS=str(args.steps), MAX_WALLCLOCK_SECONDS="0", WARMDOWN_ITERS="0",
                 LATE_QAT_THRESHOLD="0", VAL_LOSS_EVERY=str(args.val_every), TRAIN_LOG_EVERY="10", PYTHONUNBUFFERED="1",
-                **({"TRAIN_BATCH_TOKENS": str(args.batch_tokens)} if args.batch_tokens else {}))
+                **batch)
     runs = [(script, label, settings, nproc) for script in args.script or [REPO / "train_gpt.py"]
             for label, settings in configs for nproc in args.nproc]
     rows, end = [], time.monotonic() + (args.budget if args.budget > 0 else float("inf"))
@@ -127,32 +179,38 @@ def print_train_table(args, rows) -> None:
     def reference_ms(result):  # the first window if any (e.g. before looping), else step_avg
         value = window_ms(result["train_ms"], args.window[0]) if args.window else result["step_avg"]
         return None if value in (None, "n/a") else float(value)
+
+    def window_flops(counts: dict, window: str, steps: int, loop_step) -> tuple:  # mean (FLOPs, attention)/step
+        first, last = (int(part or steps) for part in window.split(":"))  # of logged steps first+1..last, those
+        looped = 0 if loop_step is None else max(0, last - max(first, loop_step))  # after loop_step looped
+        return tuple((a * (last - first - looped) + b * looped) / max(last - first, 1)
+                     for a, b in zip(counts[False], counts[True]))
     first = reference_ms(rows[0][4]) if rows else None
-    print("\nsteps=%d; model FLOPs/step at the env's shape=%.3g; logs in %s" % (
-        args.steps, step_flops(dict(os.environ)), args.out_dir))
-    print("%-24s %-11s %5s %11s %10s %6s %8s %9s %13s %s %5s %5s%s %6s  %s" % (
-        "script", "config", "nproc", "step_avg_ms", "tokens/s", "MFU", "peak_MiB", "wait_ms", "val_bpb@step",
-        "loss@" + "/".join(map(str, args.loss_at)), "steps", "loop@",
+    print("\nsteps=%d; logs in %s\n%-24s %-11s %5s %11s %10s %8s %9s %13s %s %5s %5s%s %6s  %s" % (
+        args.steps, args.out_dir, "script", "config", "nproc", "step_avg_ms", "tokens/s", "peak_MiB", "wait_ms",
+        "val_bpb@step", "loss@" + "/".join(map(str, args.loss_at)), "steps", "loop@",
         "".join(" %10s" % ("ms/step" + window) for window in args.window), "x_1st", "kernels"))
+    windows = []
     for script, label, nproc, env, result in rows:
         if result["step_avg"] is None:
             print("%-24s %-11s %5d failed" % (script[-24:], label, nproc))
             continue
-        step_s = result["step_avg"] / 1000.0
-        mfu = "n/a"
-        if env.get("RECIPE", "2026-03-23") == "2026-03-23":
-            mfu = "%.1f%%" % (100 * step_flops(env) / step_s / (args.peak_tflops * 1e12 * nproc))
+        counts = step_flops(env, args.piece_tokens)
+        windows += [(label, nproc, window, float(ms), counts, window_flops(counts, window, result["steps"],
+                                                                           result["loop_step"])) for window, ms in
+                    [("0:", result["step_avg"])] + [(w, window_ms(result["train_ms"], w)) for w in args.window]
+                    if ms != "n/a"]
         last_val = max(result["val"], default=None)
         val = "%s@%d" % (result["val"][last_val][1], last_val) if last_val else "n/a"
         ratio = reference_ms(result)
-        print("%-24s %-11s %5d %11.2f %10.0f %6s %8s %9s %13s %s %5d %5s%s %6s  %s" % (
-            script[-24:], label, nproc, result["step_avg"],
-            float(env.get("TRAIN_BATCH_TOKENS", RECORD_SHAPE["TRAIN_BATCH_TOKENS"])) / step_s, mfu, result["peak_mib"],
-            "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"], val,
+        print("%-24s %-11s %5d %11.2f %10.0f %8s %9s %13s %s %5d %5s%s %6s  %s" % (
+            script[-24:], label, nproc, result["step_avg"], counts["tokens"] / (result["step_avg"] / 1000.0),
+            result["peak_mib"], "n/a" if result["wait_ms"] is None else "%.3f" % result["wait_ms"], val,
             "/".join(str(result["loss"].get(s, "-")) for s in args.loss_at), result["steps"],
             result["loop_step"] or "-", "".join(" %10s" % window_ms(result["train_ms"], w) for w in args.window),
             "%.3f" % (ratio / first) if ratio and first else "n/a",
             " ".join("%s=%s" % item for item in result["kernels"].items())))
+    print_flops(windows, args)
     for script, label, nproc, _, result in rows:
         if len(result["val"]) > 1:
             print("%s %s nproc %d, step: train_loss/val_loss: %s" % (script[-24:], label, nproc, " ".join(
@@ -458,12 +516,7 @@ def profile(args) -> int:
     by_family = print_families(kernels, args.steps, args.top)
     if args.trace is not None and dist_info.is_main:
         args.trace.parent.mkdir(parents=True, exist_ok=True)
-        raw = args.trace.with_suffix("") if args.trace.suffix == ".gz" else args.trace
-        prof.export_chrome_trace(str(raw))
-        if raw != args.trace:
-            with open(raw, "rb") as src, gzip.open(args.trace, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            raw.unlink()
+        prof.export_chrome_trace(str(args.trace))  # gzipped when the name ends in .gz
         print("trace: %s" % args.trace)
     print(json.dumps({"wall_ms": wall_ms, "timings": {str(k): v for k, v in timings.items()},
                       "families_ms_per_step": {k: v / args.steps for k, v in by_family.items()}}))
@@ -477,18 +530,22 @@ def profile(args) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
-    run = modes.add_parser("train", help="train_gpt.py runs side by side: one table")
+    run = modes.add_parser("train", aliases=["flops"], help="train_gpt.py runs side by side: one table (flops: "
+                           "only each config's FLOPs per step, no run, on any machine)")
     run.add_argument("--script", action="append", type=Path, help="training script(s) (default train_gpt.py)")
     run.add_argument("--config", action="append", help="LABEL:KEY=VAL,... or a preset (default 'record:')")
     run.add_argument("--nproc", type=int, nargs="+", default=[1], help="world sizes, one run each")
     run.add_argument("--steps", type=int, default=120)
     run.add_argument("--batch-tokens", type=int, default=0, help="TRAIN_BATCH_TOKENS for every run (0: as set)")
+    run.add_argument("--piece-tokens", type=float, default=0.0, help="TRAIN_LOADER=documents: attention's L_eff = "
+                     "sum L^2 / sum L over its pieces L (0: measured on DATA_PATH; no data: TRAIN_SEQ_LEN)")
     run.add_argument("--val-every", type=int, default=0, help="VAL_LOSS_EVERY (train/val pairs under the table)")
     run.add_argument("--loss-at", type=int, nargs="+", default=[100, 200], help="steps whose train loss to show")
     run.add_argument("--window", action="append", default=[], help="A:B, mean ms/step between logged steps")
     run.add_argument("--expect-same-losses", action="store_true",
                      help="exit 1 unless every run logs the first run's train losses bit for bit")
-    run.add_argument("--peak-tflops", type=float, default=989.0)
+    run.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 per GPU, spec (H100/H200 SXM: 989)")
+    run.add_argument("--matmul-tflops", type=float, default=0.0, help="measured bf16 rate per GPU (0: measure it)")
     run.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     run.add_argument("--budget", type=float, default=0.0, help="seconds for all runs together (0: no cap)")
     run.add_argument("--caseops", default=".carry/wiki_caseops", help="CaseOps sp8192 DATA_PATH (presets 0427*)")
@@ -511,7 +568,7 @@ def main() -> int:
     prof.add_argument("--top", type=int, default=30)
     prof.add_argument("--trace", type=Path, default=None)
     args = parser.parse_args()
-    return {"train": train, "micro": micro, "profile": profile}[args.mode](args)
+    return {"flops": train, "train": train, "micro": micro, "profile": profile}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import sys
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt  # noqa: F401 (fixture)
+from tgpt_util import REPO, TINY_0427_ENV, TINY_MODEL_ENV, run_env, tgpt, write_shard  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "bench"))
 from step_time import family, overlap_report, step_flops  # noqa: E402
@@ -40,6 +41,67 @@ def test_kernel_families():
     assert family("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "nccl"
 
 
+# One optimizer step = 8 micro-steps; a linear map of m inputs to n outputs on N tokens costs 2 m n N FLOPs forward
+# and twice that backward (the input's and the weight's gradient): 6 m n per token per step. A causal attention piece
+# of L tokens has L^2/2 (query, key) pairs, 2 D FLOPs each for the scores and 2 D for the values, per query head,
+# forward; backward twice that. Written from the architecture (SPEC, SPEC_0409, SPEC_0427), not from step_flops.
+def linear_flops(tokens, *shapes):
+    return sum(6 * m * n * tokens for m, n in shapes)
+
+
+def causal_attention_flops(rows, length, heads, head_dim):
+    return 3 * 4 * head_dim * heads * rows * length * length / 2
+
+
+def test_step_flops_match_a_hand_count_of_the_2026_03_23_model():
+    """TINY_MODEL_ENV (the 03-23 architecture, 4 blocks of d 64): per block the q, k, v, o projections (k and v to
+    the 2 KV heads' 32 dims) and the MLP (d -> 3d -> d), the tied head (d -> vocab), the bigram and value-embedding
+    projections (16 -> d, 16 -> 32, the value embedding computed once), causal attention on rows of 64; no looping,
+    so both counts are the same."""
+    d, kv, tokens, seq, heads = 64, 32, 4096, 64, 4
+    block = linear_flops(tokens, (d, d), (d, kv), (d, kv), (d, d), (d, 3 * d), (3 * d, d))
+    attention = 4 * causal_attention_flops(tokens // seq, seq, heads, d // heads)
+    expected = 4 * block + linear_flops(tokens, (d, 1024), (16, d), (16, kv)) + attention
+    counts = step_flops(TINY_MODEL_ENV)
+    assert counts[False] == counts[True] == (expected, attention)
+    assert (counts["tokens"], counts["piece"], counts["piece_from"]) == (4096, 64, "dense")
+    assert step_flops(dict(TINY_MODEL_ENV, NUM_LAYERS="5", VE_LAYERS="3,4"))[False][0] == expected + block + \
+        causal_attention_flops(tokens // seq, seq, heads, d // heads)
+
+
+def test_step_flops_of_the_2026_04_27_model_and_its_looping():
+    """TINY_0427_ENV: 6 blocks (MLP d -> 4d -> d, no bigram or value embedding), per block call also the sparse
+    attention gate (12 leading dims -> one logit per head), the SmearGate (12 dims -> 1, on every token but a row's
+    first: one packed row of 512 tokens per micro-step); attention on pieces of L_eff = 16 tokens (a flag) costs
+    6 N H D L_eff. Looping runs blocks 2-3 three times: 4 block calls more, and exactly their FLOPs more."""
+    d, kv, tokens, heads = 64, 32, 4096, 4
+    attention = 6 * tokens * heads * (d // heads) * 16
+    block = linear_flops(tokens, (d, d), (d, kv), (d, kv), (d, d), (d, 4 * d), (4 * d, d), (12, heads)) + attention
+    head_and_gate = linear_flops(tokens, (d, 1024)) + linear_flops(8 * 511, (12, 1))
+    counts = step_flops(TINY_0427_ENV, piece_tokens=16)
+    assert counts[False] == (6 * block + head_and_gate, 6 * attention)
+    extra_calls = 2 * (3 - 2 + 1)  # NUM_LOOPS x the blocks LOOP_START..LOOP_END
+    assert counts[True] == (counts[False][0] + extra_calls * block, counts[False][1] + extra_calls * attention)
+    assert (counts["piece"], counts["piece_from"]) == (16, "assumed")
+
+
+def test_step_flops_measure_the_document_pieces_on_shards(tmp_path):
+    """TRAIN_LOADER=documents with a DATA_PATH: L_eff from the rows the loader cuts. Documents of 100 tokens (BOS
+    first), rows of 512 tokens every 513 (a micro-step's span has one target more), pieces of <= 64 tokens counted
+    from each document's start or the row's: row 1 has five documents (64 + 36 each) and 12 tokens of a sixth; row 2
+    starts 13 tokens before a BOS, so 87 tokens (64 + 23), four documents, 25 tokens. Without data, every piece is
+    TRAIN_SEQ_LEN long."""
+    tokens = np.tile(np.r_[1, 2 + np.arange(99) % 50], 11)
+    write_shard(tmp_path / "fineweb_train_000000.bin", tokens[:1030])
+    pieces = [64, 36] * 5 + [12] + [64, 23] + [64, 36] * 4 + [25]
+    assert sum(pieces) == 1024
+    counts = step_flops(dict(TINY_0427_ENV, DATA_PATH=str(tmp_path)))
+    assert counts["piece"] == pytest.approx(sum(p * p for p in pieces) / 1024, rel=1e-12)
+    assert counts["piece_from"] == "measured on " + str(tmp_path)
+    assert counts[False][1] == pytest.approx(6 * 6 * 4096 * 4 * 16 * counts["piece"], rel=1e-12)
+    assert step_flops(dict(TINY_0427_ENV, DATA_PATH=str(tmp_path / "none")))["piece"] == 64
+
+
 FAKE_TRAINER = '''import os, sys, time
 steps = int(os.environ["ITERATIONS"])
 assert os.environ["MAX_WALLCLOCK_SECONDS"] == "0" and os.environ["VAL_LOSS_EVERY"] == "0"
@@ -61,9 +123,10 @@ time.sleep(120)  # the end-of-run evals: step_time.py must stop the run here
 
 def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
     """bench/step_time.py train on a stand-in script that prints the challenge's log lines: the last train step_avg,
-    the MFU from the model-FLOP count, peak memory, data wait, the final val bpb, the chosen losses, the mean ms/step
-    in windows, the ratio to the first row and the kernels; a recipe preset sets its RECIPE and data; the run is
-    stopped at its peak-memory line instead of waiting for the evals."""
+    peak memory, data wait, the final val bpb, the chosen losses, the mean ms/step in windows, the ratio to the first
+    row and the kernels; then per window (0: = all steps) the FLOPs per step, pre-loop or looped after the logged
+    looping step or their mix, and the MFU against the spec and the given matmul rate; a recipe preset sets its
+    RECIPE and data; the run is stopped at its peak-memory line instead of waiting for the evals."""
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAINER)
     (tmp_path / "sp8192").mkdir()
@@ -73,24 +136,34 @@ def test_step_time_table_reads_the_logs_and_stops_each_run(tmp_path):
                            "--steps", "30", "--loss-at", "10", "30", "--out-dir", str(tmp_path / "logs"),
                            "--config", "record:", "--config", "small:TRAIN_BATCH_TOKENS=393216", "--config", "0409",
                            "--sp8192", str(tmp_path / "sp8192"), "--sp8192-tokenizer", str(tmp_path / "sp8192.model"),
-                           "--window", "10:20", "--window", "20:"],
-                          capture_output=True, text=True, timeout=100)
+                           "--window", "10:20", "--window", "20:", "--matmul-tflops", "800"],
+                          capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert time.monotonic() - start < 60
-    rows = {}
+    assert time.monotonic() - start < 100
+    rows, windows = {}, {}
     for line in proc.stdout.splitlines():
         parts = line.split()
         if parts and parts[0].endswith("fake_train.py"):  # table rows (progress lines start with "==")
             rows[parts[1]] = parts
+        elif len(parts) > 8 and parts[2] in ("0:", "10:20", "20:"):  # the FLOPs table
+            windows[parts[0], parts[2]] = parts[3:8]
     record, small, recipe = rows["record"], rows["small"], rows["0409"]
     assert record[2] == small[2] == "1"  # nproc
     assert record[3] == small[3] == "603.00"  # the last train step line's step_avg
     assert record[4] == "%.0f" % (786432 / 0.603) and small[4] == "%.0f" % (393216 / 0.603)
-    assert record[5] == "%.1f%%" % (100 * step_flops({}) / 0.603 / 989e12)
-    assert abs(step_flops({"TRAIN_BATCH_TOKENS": "393216"}) * 2 - step_flops({})) < 1.0
-    assert record[6:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00", "1.000",
+    assert record[5:] == ["20160", "0.480", "1.4321@30", "5.9000/5.7000", "30", "20", "600.00", "900.00", "1.000",
                           "attn=cudnn", "qk=triton"]
-    assert recipe[5] == "n/a"  # the FLOP count is the 2026-03-23 architecture's
+    plain, looped = step_flops({}), step_flops({"RECIPE": "2026-04-09"})
+    assert step_flops({"TRAIN_BATCH_TOKENS": "393216"})[False][0] * 2 == plain[False][0]
+
+    def row(counts, ms, flops=None):  # looping from logged step 20: 0:30 has 20 steps before, 10 after
+        flops = flops or counts[False]
+        return ["%.2f" % ms, "%.5g" % flops[0], "%.2f" % (100 * flops[1] / flops[0]),
+                "%.1f" % (flops[0] / ms / 989 / 1e7), "%.1f" % (flops[0] / ms / 800 / 1e7)]
+    assert windows["record", "20:"] == row(plain, 900) and windows["small", "0:"][1] == "%.5g" % (plain[False][0] / 2)
+    assert windows["0409", "10:20"] == row(looped, 600) and windows["0409", "20:"] == row(looped, 900, looped[True])
+    mix = tuple((20 * a + 10 * b) / 30 for a, b in zip(looped[False], looped[True]))
+    assert windows["0409", "0:"] == row(looped, 603, mix) and looped[True][0] > 1.4 * looped[False][0]
     log_lines = (tmp_path / "logs" / "fake_train__small__1.log").read_text().splitlines()
     assert sum(line.startswith("step:") for line in log_lines) == 4
     preset_log = (tmp_path / "logs" / "fake_train__0409__1.log").read_text()
