@@ -234,8 +234,6 @@ class Hyperparameters:
     val_prefetch_queue: int = 2  # validation batches the producer may hold ready
     val_copy_stream: bool = True  # CUDA: validation H2D on a side stream, one batch ahead
     val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
-    training_timing_breakdown: bool = False  # per-phase times from CUDA events; overlap stays on
-    training_timing_every: int = 200  # steps between timing_breakdown lines
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
@@ -341,7 +339,7 @@ class Hyperparameters:
              % (self.compressor, sys.executable))]
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
-                    "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap training_timing_every ttt_lr "
+                    "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap ttt_lr "
                     "ttt_grad_clip matrix_clip_sigmas embed_clip_sigmas ttt_lora_alpha ttt_lora_lr ttt_lora_chunk"),
             ">= 0 (0: MATRIX_CLIP_SIGMAS)": (lambda v: v >= 0, "mlp_clip_sigmas attn_clip_sigmas"),
             ">= 1": (lambda v: v >= 1, "train_prefetch_queue val_prefetch_queue eval_batch_seqs ttt_chunk_tokens "
@@ -2634,12 +2632,11 @@ class BatchedLoRA(nn.Module):
     def fresh(self):
         """Fresh adapters for one batch, then the kept A back (SPEC_0427 §12: the record gives a batch of another size
         a new LoRA and optimizer and leaves the reusable ones as they were)."""
-        kept = {kind: a.detach().clone() for kind, a in self.a.items()}
+        kept = [a.detach().clone() for a in self.a.values()]
         self.reset(fresh_a=True)
         yield
-        with torch.no_grad():
-            for kind, a in self.a.items():
-                a.copy_(kept[kind])
+        for a, saved in zip(self.a.values(), kept):
+            a.data.copy_(saved)
 
     def forward(self, slot: int, kind: str, x: Tensor) -> Tensor:
         """x (n, T, in) -> (n, T, out): the adapters of the last n rows (a step's rows whose documents go on)."""
@@ -3356,19 +3353,16 @@ def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
 
 
 # ==== 10. TRAINING LOOP ====
-def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader, mark: Callable) -> Tensor:
+def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
     steps, total = dist_info.grad_accum_steps, torch.zeros((), device=dist_info.device)
     for _ in range(steps):
         x, y, *cu_seqlens = loader.next_batch()  # cu_seqlens: TRAIN_LOADER=documents
         for entries in cu_seqlens:  # any number of segments: one compiled graph (not one per bucket of 64)
             torch._dynamo.mark_dynamic(entries, 0)
-        mark("batch")
         with autocast_context(dist_info):
             loss = model(x, y, *cu_seqlens)
-        mark("forward")
         (loss / steps).backward()
-        mark("backward")
         total += loss.detach()
     return total / steps
 
@@ -3386,7 +3380,7 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
             if looping:
                 logger.log("loop_warmup:enabled encoder:%s decoder:%s" % base_model.layer_orders[True])
             for k in range(1, h.warmup_steps + 1):
-                run_micro_steps(dist_info, model, loader, lambda phase: None)
+                run_micro_steps(dist_info, model, loader)
                 optimizers.set_schedule(1.0, h.muon_momentum)
                 optimizers.step()
                 optimizers.zero_grad()
@@ -3397,65 +3391,36 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     for optimizer, state in zip(optimizers.all, optimizer_states):
         optimizer.load_state_dict(state)
 
-class TrainTelemetry:
-    """Data wait (host time blocked on the loader + device time the compute stream waited for its copies) and, with
-    TRAINING_TIMING_BREAKDOWN, phase times from compute-stream events (host clocks on CPU), each from the previous
-    mark to its own; nothing syncs until a line is due, so the prefetch and copy overlap stay on while measuring."""
+class DataWait:
+    """Data wait: host time blocked on the loader + device time the compute stream waited for its copies (CUDA events,
+    read once a train_loss line is due: nothing else syncs, so the prefetch and copy overlap stay on)."""
 
-    def __init__(self, h: Hyperparameters, dist_info: DistInfo, logger: Logger):
-        self.h, self.cuda, self.micro_steps, self.logger = h, dist_info.is_cuda, dist_info.grad_accum_steps, logger
-        self.marks, self.wait_pairs, self.total_wait_ms, self.val_ms = [], [], 0.0, 0.0
+    def __init__(self):
+        self.pairs, self.total_ms = [], 0.0
 
-    def mark(self, phase: str) -> None:
-        if self.h.training_timing_breakdown and self.cuda:
-            self.marks.append((phase, torch.cuda.current_stream().record_event(torch.cuda.Event(enable_timing=True))))
-        elif self.h.training_timing_breakdown:
-            self.marks.append((phase, time.perf_counter()))
-
-    def end_step(self, step: int, loader) -> None:
+    def end_step(self, loader) -> None:
         host_ms, pairs = loader.take_wait_stats()
-        self.total_wait_ms += host_ms
-        self.wait_pairs.extend(pairs)
-        marks, self.marks = self.marks, []
-        if not self.h.training_timing_breakdown or not (step <= 10 or step % self.h.training_timing_every == 0):
-            return
-        read_start = time.perf_counter()
-        if self.cuda:
-            marks[-1][1].synchronize()
-        phases = dict.fromkeys(("batch", "forward", "backward", "grad_clip", "optimizer"), 0.0)
-        for (_, start), (phase, end) in zip(marks, marks[1:]):
-            phases[phase] += start.elapsed_time(end) if self.cuda else 1000.0 * (end - start)
-        device_wait_ms, micro = self.drain(), self.micro_steps
-        self.logger.log(
-            "timing_breakdown step:%d micro_steps:%d batch_cpu_ms:%.2f batch_h2d_ms:%.2f forward_ms:%.2f "
-            "backward_ms:%.2f grad_clip_ms:%.2f optimizer_ms:%.2f val_ms:%.2f explicit_sync_ms:%.2f "
-            "data_wait_ms:%.3f (per_optimizer_step; forward/backward/batch averaged over micro_steps; "
-            "grad_accum_steps=%d)" % (
-                step, micro, host_ms / micro, phases["batch"] / micro, phases["forward"] / micro,
-                phases["backward"] / micro, phases["grad_clip"], phases["optimizer"],
-                self.val_ms, 1000.0 * (time.perf_counter() - read_start), host_ms + device_wait_ms, micro))
-        self.val_ms = 0.0
+        self.total_ms += host_ms
+        self.pairs.extend(pairs)
 
-    def drain(self) -> float:
-        """Adds the collected pairs' device wait to the total and returns it; syncs on the last (one stream for all)."""
-        if self.wait_pairs:
-            self.wait_pairs[-1][1].synchronize()
-        device_ms = sum(before.elapsed_time(after) for before, after in self.wait_pairs)
-        self.wait_pairs = []
-        self.total_wait_ms += device_ms
-        return device_ms
+    def drain(self) -> None:
+        """Adds the collected pairs' device wait to the total; syncs on the last (one stream for all)."""
+        if self.pairs:
+            self.pairs[-1][1].synchronize()
+        self.total_ms += sum(before.elapsed_time(after) for before, after in self.pairs)
+        self.pairs = []
 
-    def summary(self, steps: int, train_ms: float) -> None:
+    def summary(self, logger, steps: int, train_ms: float) -> None:
         self.drain()
-        self.logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
-            self.total_wait_ms, self.total_wait_ms / max(steps, 1), self.total_wait_ms / max(train_ms, 1e-9)))
+        logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
+            self.total_ms, self.total_ms / max(steps, 1), self.total_ms / max(train_ms, 1e-9)))
 
 # A checkpoint, logs/<RUN_ID>/checkpoints/step_<N>/: model.pt (rank 0's weights, Adam states, EMA/SWA, looping and
 # late-QAT switches), rank_<r>.pt (rank r's Muon momentum rows, loader state, RNG states) and manifest.json (step,
 # train time, world size, resolved config, each file's sha256), written last in step_<N>.tmp, renamed whole.
 RESUME_FREE_FIELDS = set("run_id resume checkpoint_every checkpoint_on_signal checkpoint_keep train_prefetch "
                          "train_prefetch_queue train_copy_stream val_prefetch val_prefetch_queue val_copy_stream "
-                         "val_progress_log_every training_timing_breakdown training_timing_every train_log_every "
+                         "val_progress_log_every train_log_every "
                          "val_loss_every final_eval".split())  # a resume may change these: not the training math
 
 def checkpoint_steps(root: str) -> List[int]:
@@ -3568,7 +3533,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop; checkpoints (off the
     clock) every CHECKPOINT_EVERY steps and, with CHECKPOINT_ON_SIGNAL, when any rank got SIGTERM/SIGINT."""
-    averages, telemetry = WeightAverages(h, base_model), TrainTelemetry(h, dist_info, logger)
+    averages, data_wait = WeightAverages(h, base_model), DataWait()
     loader_state = checkpoint and load_checkpoint(dist_info, checkpoint, base_model, optimizers, averages)
     train_ms, step, stop_early = (checkpoint["train_ms"], checkpoint["step"], checkpoint["stop_early"]) \
         if checkpoint else (0.0, 0, False)
@@ -3588,13 +3553,12 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 sync_device(dist_info)
                 if last_step:  # no training read after the clock stops (SPEC_0427 §0.4): the producer ends first
                     loader.close()
-                train_ms, val_start = clock.run(False), time.perf_counter()
+                train_ms = clock.run(False)
                 val_loss, val_bpb = plain_eval(h, dist_info, logger, model, val)
                 logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
                 sync_device(dist_info)
                 clock.run(not last_step)
-                telemetry.val_ms += 1000.0 * (time.perf_counter() - val_start)  # charged to the next breakdown line
             if last_step:
                 break
             elapsed_ms = clock.now_ms()
@@ -3607,26 +3571,23 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 qat_on = True
                 base_model.set_qat(True)
                 logger.log("late_qat:enabled step:%d scale:%.4f" % (step, scale))
-            telemetry.mark("start")
-            train_loss = run_micro_steps(dist_info, model, loader, telemetry.mark)
+            train_loss = run_micro_steps(dist_info, model, loader)
             optimizers.set_schedule(scale, muon_momentum_at(h, step))
             if h.grad_clip_norm > 0 and h.grad_clip_scope == "local":  # the 03-23 record's (reduced: in the step)
                 torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)
-            telemetry.mark("grad_clip")
             optimizers.step()
-            telemetry.mark("optimizer")
             optimizers.zero_grad()
             averages.update_ema()
             step += 1
             approx_ms = clock.now_ms()
             if averages.maybe_accumulate_swa(step, scale):
                 logger.log("swa:start step:%d" % step)
-            telemetry.end_step(step, loader)
+            data_wait.end_step(loader)
             if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0):
                 all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
-                telemetry.drain()
+                data_wait.drain()
             capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
             signals.where = "step:%d/%d train_time:%.0fms" % (step, h.iterations, approx_ms)
             verdict = torch.tensor([float(capped), float(signals.signum or 0)], device=dist_info.device)
@@ -3646,7 +3607,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
         raise RunStopped(signals.signum, signals.where)
     if stop_early and step < h.iterations:
         logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
-    telemetry.summary(step, train_ms)
+    data_wait.summary(logger, step, train_ms)
     logger.log("train_data:last_read_ms:%.0f" % clock.last_read_ms)
     return averages
 

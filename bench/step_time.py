@@ -474,7 +474,7 @@ def profile(args) -> int:
 
     def step(sync: bool) -> None:
         optimizers.zero_grad()
-        tg.run_micro_steps(dist_info, model, loader, lambda phase: None)
+        tg.run_micro_steps(dist_info, model, loader)
         optimizers.set_schedule(1.0, h.muon_momentum)
         if h.grad_clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(base_model.parameters(), h.grad_clip_norm)

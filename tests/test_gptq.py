@@ -158,7 +158,7 @@ def trained_layer_inputs(tgpt, tiny_data):
     try:
         for _ in range(40):
             optimizers.zero_grad()
-            tgpt.run_micro_steps(dist_info, model, loader, lambda phase: None)
+            tgpt.run_micro_steps(dist_info, model, loader)
             optimizers.set_schedule(1.0, h.muon_momentum)
             optimizers.step()
         inputs = {"attn.c_q": [], "mlp.fc": [], "mlp.proj": [], "tok_emb": []}

@@ -486,10 +486,10 @@ def test_train_loop_switches_looping_by_fraction_and_stops_at_the_reserve(tgpt, 
     clock, looping, scales = [0.0], [], []
     run_micro_steps, set_schedule = tgpt.run_micro_steps, tgpt.Optimizers.set_schedule
 
-    def stepping(dist_info, model_, loader, mark):
+    def stepping(dist_info, model_, loader):
         clock[0] += 1.0
         looping.append(model.looping)
-        return run_micro_steps(dist_info, model_, loader, mark)
+        return run_micro_steps(dist_info, model_, loader)
 
     def observed_set_schedule(self, lr_scale, momentum):
         scales.append(lr_scale)
