@@ -31,7 +31,7 @@ def optional_module(name: str):
         return None
 
 brotli = optional_module("brotli")  # the packed counted code (pack_source), COMPRESSOR=brotli; without it: lzma only
-constriction = optional_module("constriction")  # COMPRESSOR=ans's entropy coder (rANS)
+constriction = optional_module("constriction")  # COMPRESSOR=pergroup's entropy coder (rANS)
 # optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
 _flash_attn_func = getattr(optional_module("flash_attn_interface"), "flash_attn_func", None)
 _flash_attn_varlen_func = getattr(optional_module("flash_attn_interface"), "flash_attn_varlen_func", None)
@@ -48,7 +48,7 @@ ENV_PREFIXES_OF_OURS = ("TTT_", "MUON_", "TRAIN_", "VAL_", "EMA_", "SWA_", "QAT_
 GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas", "mlp_clip_sigmas",
                "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group",
                "gptq_calibration_batches", "gptq_calibration_loader")
-COMPRESSORS = ("ans", "pergroup", "brotli", "lzma")
+COMPRESSORS = ("pergroup", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled", "documents"),
@@ -66,7 +66,7 @@ RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
     num_loops=2, loop_start=3, loop_end=5, enable_looping_at=0.35, parallel_residual_start=7, skip_gates_enabled=True,
     rope_train_seq_len=0, rope_bf16=True, init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03,
     muon_wd=0.095, adam_wd=0.02, embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced",
-    ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="ans",
+    ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="pergroup",
     byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,"
                                                     "q_gain,skip_weight,skip_weights,skip_gates")}
 # 2026-04-27 (SPEC_0427 §11: the record's run, not its script's defaults, §0.1), as changes to 2026-04-09's table;
@@ -184,7 +184,7 @@ class Hyperparameters:
     qat_enabled: bool = False  # int6 fake quantization of the CastedLinear weights from step 0
     late_qat_threshold: float = 0.15  # turn that QAT on once the LR scale falls below this; 0: never
     # End of run: artifact, sliding-window eval, legal score-first TTT (SPEC §7-§8)
-    compressor: str = "brotli"  # artifact: ans (rANS per tensor), pergroup (rANS per role, SPEC_0427 §9), brotli, lzma
+    compressor: str = "brotli"  # artifact: pergroup (rANS per role and shape, SPEC_0427 §9), brotli, lzma
     byte_shuffle: bool = False  # BSHF: compress the torch.save's even-offset bytes, then its odd ones (SPEC_0409 §7.6)
     eval_stride: int = 64  # sliding stride: each window after the first scores its last EVAL_STRIDE targets
     eval_batch_seqs: int = 32  # windows per forward in the final evals and TTT scoring
@@ -233,7 +233,6 @@ class Hyperparameters:
     val_prefetch: bool = True  # build validation batches in a background thread
     val_prefetch_queue: int = 2  # validation batches the producer may hold ready
     val_copy_stream: bool = True  # CUDA: validation H2D on a side stream, one batch ahead
-    val_progress_log_every: int = 0  # > 0: a val_progress line every N plain-eval batches (rank 0's share)
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
@@ -334,9 +333,8 @@ class Hyperparameters:
              % (", ".join(gptq_set), self.quantizer)),
             (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
              "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
-            (self.compressor in ("ans", "pergroup") and constriction is None, "COMPRESSOR=%s needs the constriction "
-             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli"
-             % (self.compressor, sys.executable))]
+            (self.compressor == "pergroup" and constriction is None, "COMPRESSOR=pergroup needs the constriction "
+             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap ttt_lr "
@@ -2386,13 +2384,13 @@ def reduced_loss_and_bpb(sums: Tensor, dist_info: DistInfo) -> Tuple[float, floa
     """(val_loss, val_bpb) of this rank's fp64 [nll, targets, bytes] `sums` (left as is) summed over all ranks."""
     return bits_per_byte(*all_reduce_(sums.clone(), dist_info, "sum").tolist())
 
-def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module, val: ValidationData,
+def plain_eval(h: Hyperparameters, dist_info: DistInfo, model: nn.Module, val: ValidationData,
                loss_sum: Optional[Callable] = None, batch_seqs: int = 0, seq_len: int = 0) -> Tuple[float, float]:
     """SPEC §8 plain eval of non-overlapping seq_len (TRAIN_SEQ_LEN) sequences split contiguously by rank; loss_sum(x,
     y, *cu_seqlens): a batch's fp64 nll sum (default: the training forward's, batches of VAL_BATCH_SIZE / (world * GA)
     tokens). A model trained on documents (TRAIN_LOADER=documents) gets each batch as one packed row, documents apart
     (SPEC_0427 §5's diagnostic evals, but every target)."""
-    seq_len, every = seq_len or h.train_seq_len, h.val_progress_log_every
+    seq_len = seq_len or h.train_seq_len
     loss_sum = loss_sum or (lambda x, y, *cu: model(x, y, *cu).double() * (y >= 0).sum())
     batch_seqs = batch_seqs or (h.val_batch_size // (dist_info.world_size * dist_info.grad_accum_steps)) // seq_len
     first, last = rank_range(val.num_targets // seq_len, dist_info)
@@ -2408,15 +2406,12 @@ def plain_eval(h: Hyperparameters, dist_info: DistInfo, logger, model: nn.Module
     sums[2] = val.target_bytes[first * seq_len:last * seq_len].sum()  # this rank's targets
     model.eval()
     with torch.inference_mode(), make_val_feeder(h, dist_info, specs, build) as feed:
-        for batch, (_, (x, y, *cu_seqlens)) in enumerate(feed, 1):
+        for _, (x, y, *cu_seqlens) in feed:
             for entries in cu_seqlens:  # any number of segments: one compiled graph
                 torch._dynamo.mark_dynamic(entries, 0)
             with autocast_context(dist_info):
                 sums[0] += loss_sum(x, y, *cu_seqlens)
             sums[1] += (y >= 0).sum()
-            if every > 0 and (batch % every == 0 or batch == len(specs)):
-                logger.log("val_progress:rank0/%d batch %d/%d partial_mean_loss:%.4f tokens_seen:%d"
-                           % (dist_info.world_size, batch, len(specs), (sums[0] / sums[1]).item(), int(sums[1].item())))
     model.train(was_training)
     return reduced_loss_and_bpb(sums, dist_info)
 
@@ -2864,8 +2859,7 @@ def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, e
 ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
 RAW_MODEL_FILENAME = "final_model.pt"
 ARTIFACT_FILENAME = "final_model.int6.ptz"
-ANS_MAGIC = b"PGANS1"  # COMPRESSOR=ans's container, then the length of its brotli part (4 bytes, little-endian)
-PERGROUP_MAGIC = b"PGRP02"  # COMPRESSOR=pergroup's, likewise, then the CRC-32 of all after it (4 bytes)
+PERGROUP_MAGIC = b"PGRP02"  # COMPRESSOR=pergroup's container, then its brotli part's length and a CRC-32 (4 B each)
 HOT_GROUPS = ("tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q")  # rows reordered where it pays (§9.2)
 CONTEXT_CAP = 3  # pergroup: a value's context, the previous value v along the coded axis: clip(v) or min(|v|, CAP)
 SHUFFLE_MAGIC = b"BSHF\x02"  # SPEC_0409 §7.6's byte shuffle: then the even-offset bytes, then the odd-offset ones
@@ -3053,7 +3047,7 @@ def dequantize_state_dict(tensors: dict, meta: dict, template: dict) -> dict:
     return {name: (dequantize_rows(tensors, name).reshape(like.shape) if isinstance(meta[name], dict)
                    else tensors[name]).to(like.dtype) for name, like in template.items()}
 
-def ans_digest(tensors: dict, coded: dict) -> str:
+def ans_digest(tensors: dict, coded: list) -> str:
     """sha256 of the rANS-coded tensors' bytes: another constriction version could decode them differently."""
     return hashlib.sha256(b"".join(tensors[name].numpy().tobytes() for name in coded)).hexdigest()
 
@@ -3062,23 +3056,10 @@ def ans_model(counts: np.ndarray):
     return constriction.stream.model.Categorical(counts / counts.sum(), perfect=False)
 
 def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle: bool = False) -> bytes:
-    """torch.save of {"w": tensors, "m": meta}, BYTE_SHUFFLE'd, then lzma or brotli; COMPRESSOR=ans first rANS-codes
-    each .q tensor on its own histogram (at its entropy, brotli ~1.3% above): "a": {name: (shape, min, words, hist)}."""
-    payload, streams = {"w": tensors, "m": meta}, []
-    if compressor == "ans":
-        payload["a"] = {}
-        for name in [key for key in tensors if key.endswith(".q")]:
-            values = tensors[name].numpy().astype(np.int32).ravel()
-            low = int(values.min())
-            counts = np.bincount(values - low, minlength=2)
-            coder = constriction.stream.stack.AnsCoder()
-            coder.encode_reverse(values - low, ans_model(counts))
-            streams.append(coder.get_compressed().astype("<u4").tobytes())
-            payload["a"][name] = (tuple(tensors[name].shape), low, len(streams[-1]) // 4, torch.from_numpy(counts))
-        payload["w"] = {name: tensor for name, tensor in tensors.items() if name not in payload["a"]}
-        payload["c"] = (importlib.metadata.version("constriction"), ans_digest(tensors, payload["a"]))
-    elif compressor == "pergroup":
-        streams = encode_pergroup(payload)
+    """torch.save of {"w": tensors, "m": meta}, BYTE_SHUFFLE'd, then lzma or brotli; COMPRESSOR=pergroup first
+    rANS-codes the 2-D .q tensors by group (encode_pergroup), their words after the brotli part."""
+    payload = {"w": tensors, "m": meta}
+    streams = encode_pergroup(payload) if compressor == "pergroup" else []
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     raw = buffer.getvalue()
@@ -3087,10 +3068,10 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
     if compressor == "lzma":
         return lzma.compress(raw, preset=6)
     blob = brotli.compress(raw, mode=brotli.MODE_GENERIC, quality=11, lgwin=22, lgblock=0)
-    if compressor == "pergroup":
-        body = b"".join([blob, *streams])
-        return b"".join([PERGROUP_MAGIC, len(blob).to_bytes(4, "little"), zlib.crc32(body).to_bytes(4, "little"), body])
-    return b"".join([ANS_MAGIC, len(blob).to_bytes(4, "little"), blob, *streams]) if compressor == "ans" else blob
+    if compressor != "pergroup":
+        return blob
+    body = b"".join([blob, *streams])
+    return b"".join([PERGROUP_MAGIC, len(blob).to_bytes(4, "little"), zlib.crc32(body).to_bytes(4, "little"), body])
 
 def nearest_neighbour_order(matrix: np.ndarray) -> np.ndarray:
     """SPEC_0427 §9.2: from row 0, append the unused row of least L1 distance to the last one (ties: lowest index).
@@ -3200,31 +3181,24 @@ def decode_pergroup(payload: dict, words: np.ndarray, tensors: dict) -> Tuple[Li
 def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     """-> (tensors, meta) of the artifact `name`, any COMPRESSOR or BYTE_SHUFFLE. The trainer reads back what it has
     just written; bench/compress.py reads any file it is given, so a damaged or foreign one is an error naming it."""
-    magic = next((magic for magic in (ANS_MAGIC, PERGROUP_MAGIC) if blob.startswith(magic)), None)
-    if magic is None and blob[:4] == PERGROUP_MAGIC[:4]:  # PGRP01: before column classes, another header
+    if blob[:4] == PERGROUP_MAGIC[:4] and not blob.startswith(PERGROUP_MAGIC):  # PGRP01: another header
         raise DataError(f"{name}: a pergroup container of format {blob[:6]!r}; this trainer reads {PERGROUP_MAGIC!r}")
-    if magic is None:
+    if not blob.startswith(PERGROUP_MAGIC):
         payload = load_payload(blob, name, {"w", "m"})
         return payload["w"], payload["m"]
-    compressor = "ans" if magic == ANS_MAGIC else "pergroup"
     if constriction is None:
-        raise RunFailure("%s is a COMPRESSOR=%s artifact and this Python (%s) lacks the constriction module to "
-                         "read it: pip install constriction" % (name, compressor, sys.executable))
-    start = len(magic) + 4 + 4 * (compressor == "pergroup")
-    end = start + int.from_bytes(blob[len(magic):len(magic) + 4], "little")
-    if compressor == "pergroup" and blob[start - 4:start] != zlib.crc32(blob[start:]).to_bytes(4, "little"):
+        raise RunFailure("%s is a COMPRESSOR=pergroup artifact and this Python (%s) lacks the constriction module to "
+                         "read it: pip install constriction" % (name, sys.executable))
+    start = len(PERGROUP_MAGIC) + 8
+    end = start + int.from_bytes(blob[len(PERGROUP_MAGIC):len(PERGROUP_MAGIC) + 4], "little")
+    if blob[start - 4:start] != zlib.crc32(blob[start:]).to_bytes(4, "little"):
         raise DataError(f"{name}: its bytes do not match the CRC-32 written with them: truncated or altered")
-    payload = load_payload(blob[start:end], name, {"w", "m", "c", "a" if compressor == "ans" else "g"})
+    payload = load_payload(blob[start:end], name, {"w", "m", "c", "g"})
     tensors = dict(payload["w"])
     try:
         version, digest = payload["c"]
         words = np.frombuffer(blob[end:], dtype="<u4").astype(np.uint32)  # a native, writable copy
-        coded, position = decode_pergroup(payload, words, tensors) if compressor == "pergroup" else (payload["a"], 0)
-        for key, (shape, low, count, counts) in payload.get("a", {}).items():
-            coder = constriction.stream.stack.AnsCoder(words[position:position + count])
-            values = coder.decode(ans_model(counts.numpy()), math.prod(shape)) + low
-            tensors[key] = torch.from_numpy(values.astype(np.int8)).reshape(shape)
-            position += count
+        coded, position = decode_pergroup(payload, words, tensors)
     except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as exc:
         raise DataError(f"{name}: its rANS-coded tensors do not decode ({type(exc).__name__}: {exc})") from None
     if position != words.size:
@@ -3236,7 +3210,7 @@ def deserialize_artifact(blob: bytes, name: str = "artifact") -> tuple:
     return tensors, payload["m"]
 
 def load_payload(blob: bytes, name: str, keys: set) -> dict:
-    """The checked {"w": tensors, "m": meta[, "a", "c"]} of a compressed (and maybe byte-shuffled) torch.save.
+    """The checked {"w": tensors, "m": meta[, "c", "g"]} of a compressed (and maybe byte-shuffled) torch.save.
     weights_only=True: the unpickler builds only tensors and plain containers, so a crafted file cannot run code."""
     lzma_blob = blob.startswith(b"\xfd7zXZ\x00")  # a brotli stream with lgwin 22 starts with 0x?B, never 0xFD
     if not lzma_blob and brotli is None:
@@ -3260,7 +3234,7 @@ def load_payload(blob: bytes, name: str, keys: set) -> dict:
             and isinstance(payload["w"], dict) and all(isinstance(t, Tensor) for t in payload["w"].values())):
         raise DataError(f"{name}: expected a dict with exactly the keys {sorted(keys)}, 'w' mapping names to tensors")
     kinds = ["passthrough"] + [{"type": f"int{bits}"} for bits in range(2, 9)]
-    stored = set(payload["w"]) | set(payload.get("a", {})) | {key for group in payload.get("g", ()) for key in group[0]}
+    stored = set(payload["w"]) | {key for group in payload.get("g", ()) for key in group[0]}
     for key, kind in payload["m"].items():
         if kind not in kinds or not ({key} if kind == "passthrough" else {key + ".q", key + ".scale"}) <= stored:
             raise DataError(f"{name}: entry {kind!r} of {key} is unknown or lacks its tensors")
@@ -3420,8 +3394,7 @@ class DataWait:
 # train time, world size, resolved config, each file's sha256), written last in step_<N>.tmp, renamed whole.
 RESUME_FREE_FIELDS = set("run_id resume checkpoint_every checkpoint_on_signal checkpoint_keep train_prefetch "
                          "train_prefetch_queue train_copy_stream val_prefetch val_prefetch_queue val_copy_stream "
-                         "val_progress_log_every train_log_every "
-                         "val_loss_every final_eval".split())  # a resume may change these: not the training math
+                         "train_log_every val_loss_every final_eval".split())  # a resume may change these: not the math
 
 def checkpoint_steps(root: str) -> List[int]:
     return sorted(int(name[5:]) for name in os.listdir(root) if re.fullmatch(r"step_\d+", name)) \
@@ -3554,7 +3527,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                 if last_step:  # no training read after the clock stops (SPEC_0427 §0.4): the producer ends first
                     loader.close()
                 train_ms = clock.run(False)
-                val_loss, val_bpb = plain_eval(h, dist_info, logger, model, val)
+                val_loss, val_bpb = plain_eval(h, dist_info, model, val)
                 logger.log("step:%d/%d val_loss:%.4f val_bpb:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, val_loss, val_bpb, train_ms, train_ms / max(step, 1)))
                 sync_device(dist_info)
@@ -3678,7 +3651,7 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     model.looping = h.num_loops > 0
     def plain(eval_model: nn.Module, hidden_forward: Callable, seq_len: int) -> Tuple[float, float]:
         loss_sum = scoring_loss_sum(eval_model, hidden_forward, h.eval_batch_seqs)
-        return plain_eval(h, dist_info, logger, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
+        return plain_eval(h, dist_info, eval_model, val, loss_sum, h.eval_batch_seqs, seq_len)
     results = {"average": apply_weight_average(logger, model, averages)}
     trained_forward = make_hidden_forward(h, dist_info, model)
     results["post_average"] = timed_eval(dist_info, logger, f"DIAGNOSTIC post_{results['average']}", exact=False,

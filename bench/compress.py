@@ -7,7 +7,7 @@ neighbour order) and its bytes next to lrzip's.
     tools/py bench/compress.py logs/RUN_ID/final_model.int6.ptz   an artifact's tensors (any container)
     tools/py bench/compress.py logs/RUN_ID/final_model.pt          a state dict, rowclip-quantized (no Hessians)
     tools/py bench/compress.py --synthetic 0427                    record-size random weights (0323 or 0427 shapes)
-    options: --containers lzma,brotli,brotli+shuffle,ans+shuffle,pergroup+shuffle,lrzip   --json OUT
+    options: --containers lzma,brotli,brotli+shuffle,pergroup,pergroup+shuffle,lrzip   --json OUT
 
 lrzip: the .q tensors of a role across layers, rows of tok_emb/c_q/fc in nearest-neighbour order, column-major,
 `lrzip -z -L 9` per group in threads, the rest torch.save + brotli q11 lgwin 24, the orders brotli; it needs the
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import load_trainer  # noqa: E402
 
 CONTAINERS = {"lzma": ("lzma", False), "brotli": ("brotli", False), "brotli+shuffle": ("brotli", True),
-              "ans": ("ans", False), "ans+shuffle": ("ans", True), "pergroup+shuffle": ("pergroup", True)}
-NEEDS = {"brotli": "brotli", "ans": "constriction", "pergroup": "constriction"}
+              "pergroup": ("pergroup", False), "pergroup+shuffle": ("pergroup", True)}
+NEEDS = {"brotli": "brotli", "pergroup": "constriction"}
 
 
 # ---- inputs ----
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", nargs="?", help="an artifact (.ptz, any container) or a state dict (.pt)")
     parser.add_argument("--synthetic", choices=["0323", "0427"], help="record-size random weights instead of a file")
-    parser.add_argument("--containers", default="brotli,brotli+shuffle,ans+shuffle,pergroup+shuffle,lrzip",
+    parser.add_argument("--containers", default="brotli,brotli+shuffle,pergroup+shuffle,lrzip",
                         help="comma-separated, of: %s, lrzip (default %%(default)s)" % ", ".join(CONTAINERS))
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)

@@ -144,7 +144,7 @@ def train(args) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if os.environ.get("LEFTOVERS_KILLED") != "1":  # harness.py gpus did it once for all its commands
         kill_leftover_trainers()
-    install_wheels(required=False)  # COMPRESSOR=ans/pergroup recipes check for constriction at start-up
+    install_wheels(required=False)  # COMPRESSOR=pergroup recipes check for constriction at start-up
     probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True).stdout.splitlines()
     print(*probe[:1])  # in a child, before the runs: the GPU idle, and this process holds no CUDA context beside them
     args.matmul_tflops = args.matmul_tflops or (float(probe[1]) if len(probe) > 1 else 0.0)  # 0: no GPU

@@ -322,13 +322,13 @@ def test_plain_eval_of_a_documents_model_scores_each_target_in_its_own_document(
                 logits = model.forward_logits(tokens[None, a:b])
                 total += torch.nn.functional.cross_entropy(logits[0], tokens[a + 1:b + 1], reduction="sum").item()
     want = total / (64 * 7)
-    periodic = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), None, model, data)
+    periodic = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), model, data)
     assert periodic[0] == pytest.approx(want, rel=2e-4)  # RoPE at row offsets: equal in exact arithmetic
     forward = model.forward_hidden
-    final = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), None, model, data,
+    final = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), model, data,
                             tgpt.scoring_loss_sum(model, forward, 4), 3, 64)  # 3 sequences a batch
     assert final[0] == pytest.approx(want, rel=2e-4)
-    dense = tgpt.plain_eval(tgpt.replace(h, train_loader="shuffled"), tgpt.DistInfo(0, 1, CPU), None, model, data)
+    dense = tgpt.plain_eval(tgpt.replace(h, train_loader="shuffled"), tgpt.DistInfo(0, 1, CPU), model, data)
     assert abs(dense[0] - want) > 0.02, dense[0] - want  # 7x the tolerance above
 
 

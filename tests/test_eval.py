@@ -233,11 +233,11 @@ def test_sliding_eval_with_stride_equal_window_is_the_plain_eval(ev):
     model, data = random_model(ev, h), validation_data(ev, h, 32 * 10)
     tokens = ev.device_tokens(data, CPU)
     sliding = ev.sliding_window_eval(h, dist_info(ev), model, model.forward_hidden, tokens, data.target_bytes, 32)
-    plain = ev.plain_eval(h, dist_info(ev), ListLogger(), model, data)  # periodic: the training forward's batch mean
+    plain = ev.plain_eval(h, dist_info(ev), model, data)  # periodic: the training forward's batch mean
     assert sliding == pytest.approx(plain, rel=1e-6)
     long_h = tiny_h(ev, eval_seq_len=64)  # the plain eval keeps TRAIN_SEQ_LEN whatever the eval length
     scoring = ev.scoring_loss_sum(model, model.forward_hidden, h.eval_batch_seqs)  # the final evals'
-    assert ev.plain_eval(long_h, dist_info(ev), ListLogger(), model, data, scoring, h.eval_batch_seqs) == sliding
+    assert ev.plain_eval(long_h, dist_info(ev), model, data, scoring, h.eval_batch_seqs) == sliding
 
 
 def test_sliding_eval_is_gradient_free_and_leaves_weights_unchanged(ev):
@@ -523,7 +523,7 @@ def test_reloaded_artifact_gives_exactly_the_dequantized_logits(ev, tmp_path, sm
         assert value.dtype == template[name].dtype and value.shape == template[name].shape
 
 
-@pytest.mark.parametrize("compressor", ["ans", "brotli", "lzma"])
+@pytest.mark.parametrize("compressor", ["pergroup", "brotli", "lzma"])
 def test_byte_accounting_equals_the_file_sizes(ev, tmp_path, compressor):
     h = tiny_h(ev, compressor=compressor)
     logger = ListLogger()
@@ -542,8 +542,8 @@ def test_byte_accounting_equals_the_file_sizes(ev, tmp_path, compressor):
         f"headroom_bytes:{16_000_000 - total}"]
     assert re.fullmatch(r"timing_quantize_ms:\d+", logger.lines[0])
     blob = (output_dir / ev.ARTIFACT_FILENAME).read_bytes()
-    assert blob.startswith(b"\xfd7zXZ\x00") == (compressor == "lzma") and blob.startswith(b"PGANS1") == (
-        compressor == "ans")
+    assert blob.startswith(b"\xfd7zXZ\x00") == (compressor == "lzma") and blob.startswith(b"PGRP02") == (
+        compressor == "pergroup")
 
 
 @pytest.mark.parametrize("compressor", ["brotli", "lzma"])
