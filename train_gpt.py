@@ -49,13 +49,13 @@ GPTQ_FIELDS = ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_si
                "attn_clip_sigmas", "attn_gate_int8", "lqer_rank", "lqer_top_k", "lqer_group",
                "gptq_calibration_batches", "gptq_calibration_loader")
 COMPRESSORS = ("pergroup", "brotli", "lzma")
-CHOICES = {  # the values a setting of a fixed set accepts (TORCH_COMPILE: in validate)
+CHOICES = {  # the values a setting of a fixed set accepts
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled", "documents"),
     "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
     "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS,
     "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch"),
-    "doc_attn_backend": ("auto", "fa3_varlen", "torch_varlen", "flex", "sdpa"),
+    "doc_attn_backend": ("auto", "fa3_varlen", "torch_varlen", "flex", "sdpa"), "torch_compile": ("auto", "0", "1"),
     "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
@@ -66,9 +66,9 @@ RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
     num_loops=2, loop_start=3, loop_end=5, enable_looping_at=0.35, parallel_residual_start=7, skip_gates_enabled=True,
     rope_train_seq_len=0, rope_bf16=True, init_linear_draws=True, matrix_lr=0.022, scalar_lr=0.02, tied_embed_lr=0.03,
     muon_wd=0.095, adam_wd=0.02, embed_wd=0.085, muon_row_normalize=True, muon_dtype="fp32", grad_clip_scope="reduced",
-    ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq", compressor="pergroup",
-    byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,"
-                                                    "q_gain,skip_weight,skip_weights,skip_gates")}
+    ema_decay=0.9965, late_qat_threshold=0.0, ttt_lr=0.005, train_loader="shuffled", quantizer="gptq",
+    compressor="pergroup", byte_shuffle=True, control_tensor_name_patterns="attn_scale,attn_scales,mlp_scale,"
+    "mlp_scales,resid_mix,resid_mixes,q_gain,skip_weight,skip_weights,skip_gates")}
 # 2026-04-27 (SPEC_0427 §11: the record's run, not its script's defaults, §0.1), as changes to 2026-04-09's table;
 # GPTQ_RESERVE_SECONDS 8, not the run's 0.5, keeps the Hessians' training-data reads inside the cap (§0.4); no
 # round-trip or sliding eval: the score is the phased TTT's, and they would cost the eval clock a compile each.
@@ -286,9 +286,6 @@ class Hyperparameters:
             (self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads != 0,
              "NUM_HEADS=%d must be a multiple of NUM_KV_HEADS=%d" % (self.num_heads, self.num_kv_heads)),
             (ve_bad, ve_error),
-            (self.torch_compile not in ("auto", "0", "1"),
-             "TORCH_COMPILE=%r: expected auto, 0 or 1" % self.torch_compile),
-            (self.warmup_steps < 0 or self.iterations < 0, "WARMUP_STEPS and ITERATIONS must be >= 0"),
             (stride_max > 0 and not 0 < self.eval_stride <= stride_max,  # stride_max <= 0: the lengths are blamed
              "EVAL_STRIDE=%d must be in [1, %d] (the eval window length%s)"
              % (self.eval_stride, stride_max, ", and TRAIN_SEQ_LEN: TTT's windows" if self.ttt_enabled else "")),
@@ -334,7 +331,8 @@ class Hyperparameters:
             (self.compressor != "lzma" and brotli is None, "COMPRESSOR=%s needs the brotli module, which this "
              "Python (%s) lacks: pip install brotli, or set COMPRESSOR=lzma" % (self.compressor, sys.executable)),
             (self.compressor == "pergroup" and constriction is None, "COMPRESSOR=pergroup needs the constriction "
-             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli" % sys.executable)]
+             "module, which this Python (%s) lacks: pip install constriction, or set COMPRESSOR=brotli"
+             % sys.executable)]
         bounds = {  # "NAME=value must be <bound>" for each name whose value fails the bound's test
             "> 0": (lambda v: v > 0, "num_layers num_heads vocab_size train_seq_len train_batch_tokens val_batch_size "
                     "bigram_dim ve_dim muon_backend_steps swa_every logit_softcap ttt_lr "
@@ -344,7 +342,7 @@ class Hyperparameters:
                      "ttt_batch_seqs ttt_epochs gptq_calibration_batches checkpoint_keep ttt_lora_rank ttt_doc_batch "
                      "lqer_top_k lqer_group"),
             ">= 2": (lambda v: v >= 2, "bigram_vocab_size"),
-            ">= 0": (lambda v: v >= 0, "num_loops checkpoint_every ttt_lora_wd lqer_rank"),
+            ">= 0": (lambda v: v >= 0, "warmup_steps iterations num_loops checkpoint_every ttt_lora_wd lqer_rank"),
             "in (0, 1)": (lambda v: 0 < v < 1, "ema_decay"), "in [0, 1)": (lambda v: 0 <= v < 1, "ttt_momentum"),
             "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac enable_looping_at"),
             "in [0, 1] (a floor of the LR multiplier)": (lambda v: 0 <= v <= 1, "min_lr"),
@@ -500,9 +498,8 @@ def all_reduce_(tensor: Tensor, dist_info: DistInfo, op: str = "sum") -> Tensor:
 
 def values_by_rank(value: float, dist_info: DistInfo) -> List[float]:
     """Every rank's value, by rank (one all-reduce of one-hot vectors)."""
-    values = torch.zeros(dist_info.world_size, dtype=torch.float64, device=dist_info.device)
-    values[dist_info.rank] = value
-    return all_reduce_(values, dist_info).tolist()
+    one_hot = torch.arange(dist_info.world_size, device=dist_info.device) == dist_info.rank
+    return all_reduce_(one_hot.double() * value, dist_info).tolist()
 
 def barrier(dist_info: DistInfo) -> None:
     if dist_info.distributed:
@@ -918,11 +915,13 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     def state_dict(self):  # the source's state after the last batch handed out (the producer runs ahead)
         return self.state
 
-    def take_wait_stats(self) -> tuple:
-        """(host_wait_ms, [(before, after) CUDA timing events]) since the last call; resets both."""
-        stats = (1000.0 * self.host_wait_seconds, self.event_pairs)
-        self.host_wait_seconds, self.event_pairs = 0.0, []
-        return stats
+    def wait_ms(self) -> float:
+        """The data wait so far: host time blocked in the source + the compute stream's waits (syncs on the last)."""
+        if self.event_pairs:
+            self.event_pairs[-1][1].synchronize()
+        self.host_wait_seconds += sum(before.elapsed_time(after) for before, after in self.event_pairs) / 1000.0
+        self.event_pairs = []
+        return 1000.0 * self.host_wait_seconds
 
     def close(self) -> None:  # idempotent
         self.closed, self.pending = True, None
@@ -946,8 +945,7 @@ def make_train_loader(h, dist_info, logger, clock: Optional[TrainingClock] = Non
                 num_tokens = _read_shard_header(path, file)
             shards.append((path, np.memmap(path, "<u2", "r", SHARD_HEADER_BYTES, (num_tokens,))))
             first_document(*shards[-1], dist_info.world_size * (rows * h.train_seq_len + 1))
-        batches = document_host_batches(shards, dist_info, rows * h.train_seq_len, h.train_seq_len, pin_memory,
-                                        state)
+        batches = document_host_batches(shards, dist_info, rows * h.train_seq_len, h.train_seq_len, pin_memory, state)
         kind = f"documents shards:{len(paths)} row_tokens:{rows * h.train_seq_len} max_piece:{h.train_seq_len}"
     elif order == "shuffled":
         if len(paths) < dist_info.world_size:  # checked on every rank, so all of them stop with the same error
@@ -1011,8 +1009,8 @@ class GPT(nn.Module):
         self.rope_base, self.rope_dims, self.head_dim = h.rope_base, h.rope_dims, dim // h.num_heads
         self.rope_args = (h.effective_rope_train_seq_len if h.rope_ntk else math.inf, h.rope_bf16)
         self.rope_cache: Dict[tuple, Tuple[Tensor, ...]] = {}  # rope_tables(): one table per length, dtype, device
-        packed = [h.train_batch_tokens // 8, h.val_batch_size // 8 // h.train_seq_len * h.train_seq_len,  # documents:
-                  h.eval_batch_seqs * h.train_seq_len, h.eval_batch_seqs * h.effective_eval_seq_len]  # plain_eval's rows
+        packed = [h.train_batch_tokens // 8, h.val_batch_size // 8 // h.train_seq_len * h.train_seq_len,  # documents
+                  h.eval_batch_seqs * h.train_seq_len, h.eval_batch_seqs * h.effective_eval_seq_len]  # and plain_eval
         self.rope_lengths = sorted({h.train_seq_len, h.effective_eval_seq_len,  # made before any compiled forward
                                     *(packed if h.train_loader == "documents" else ())})
         self.tok_emb = nn.Embedding(h.vocab_size, dim)
@@ -2057,8 +2055,7 @@ NS_COEFFICIENTS = {"quintic": ((3.4445, -4.7750, 2.0315),), "polar_express": (
     (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))}
 
-def newton_schulz5(matrices: Tensor, steps: int,
-                   coefficients: Sequence[tuple] = NS_COEFFICIENTS["quintic"]) -> Tensor:
+def newton_schulz5(matrices: Tensor, steps: int, coefficients: Sequence[tuple] = NS_COEFFICIENTS["quintic"]) -> Tensor:
     """Batched quintic Newton-Schulz orthogonalisation (..., rows, cols) in the input dtype (bf16 on CUDA)."""
     transposed = matrices.size(-2) > matrices.size(-1)
     x = matrices.mT if transposed else matrices
@@ -2658,12 +2655,10 @@ def lora_batch_cost(h, lengths: Sequence[int]) -> int:
         for step in range(ceil_div(int(lengths[-1]), chunk)))
 
 def ttt_schedule(batch_docs: Sequence[int], costs: Sequence[float], boundaries: Sequence[int], world_size: int):
-    """SPEC_0427 §10.3/§10.5 made deterministic. Phase k starts once the queue batch whose documents reach boundary k
-    and the W - 1 batches after it (those the other ranks hold when the record's pause flag goes up) are scored: at 8
-    ranks the record's logged 1,296 / 2,128 / 2,960 documents; a phase with no batch after it is dropped. Between
-    phases the batches go, in queue order, to the rank whose batches cost least so far (ties: the lower rank), as
-    the record's counter gives each to the first free rank. -> (phases [(queue batches scored before it, boundary)],
-    assignment[segment][rank]: the queue batches that rank scores between phase segment - 1 and phase segment)."""
+    """SPEC_0427 §10.3/§10.5 made deterministic: phase k after the queue batch that reaches boundary k and the W - 1
+    after it (what the other ranks hold when the record's flag goes up: at 8 ranks its 1,296 / 2,128 / 2,960 scored
+    documents), none with no batch left; between phases each batch to the rank whose batches cost least so far (the
+    record's first free rank; ties: the lower). -> ([(batches scored before phase k, boundary k)], [segment][rank])."""
     counts, phases = np.cumsum(batch_docs), []
     for boundary in boundaries:
         end = min(len(batch_docs), int(np.searchsorted(counts, boundary)) + world_size)
@@ -2792,9 +2787,8 @@ def global_sgd_phase(h, dist_info, model: GPT, tokens: Tensor, spans: Tensor, do
     return stream.numel()
 
 def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_bytes, split: dict) -> tuple:
-    """SPEC_0427 §10 with a deterministic schedule (ttt_schedule): every rank knows which queue batches it scores
-    before each phase; at a phase every rank joins the SGD's collectives, then scores on with fresh adapters.
-    split gets the seconds of the warm-up (with the set-up) and of the loop."""
+    """SPEC_0427 §10 on ttt_schedule's plan: each rank scores its queue batches, and all meet at each phase's SGD, then
+    score on with fresh adapters. split gets the seconds of the warm-up (with the set-up) and of the loop."""
     started, spans = time.perf_counter(), document_spans(tokens)
     queue, order = ttt_queue(spans, h.ttt_doc_batch)
     costs = [lora_batch_cost(h, (spans[docs, 1] - spans[docs, 0]).numpy()) for docs in queue]
@@ -2813,12 +2807,12 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     loop_started, busy, sums = time.perf_counter(), 0.0, torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     for segment, ranks in enumerate(assignment):
         for index, q in enumerate(ranks[dist_info.rank]):
-            batch_started = time.perf_counter()
+            busy -= time.perf_counter()
             spans_q = F.pad(spans[queue[q]], (0, 0, h.ttt_doc_batch - queue[q].numel(), 0))  # ascending lengths
             with lora.fresh() if queue[q].numel() < h.ttt_doc_batch else contextlib.nullcontext():
                 lora_ttt_batch(h, dist_info, nll_fn, lora, optimizer, tokens, target_bytes, spans_q, sums)
             sync_device(dist_info)
-            busy += time.perf_counter() - batch_started
+            busy += time.perf_counter()
             if dist_info.is_main and index % 50 == 0:
                 logger.log(f"  ttt_phased:batch {q + 1}/{len(queue)} time:{time.perf_counter() - loop_started:.1f}s")
         if segment < len(phases):
@@ -2832,10 +2826,9 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
                        f"paused_at:{paused - loop_started:.1f}s wait:{gathered - paused:.1f}s "
                        f"sgd_time:{time.perf_counter() - gathered:.1f}s")
     val_loss, val_bpb = reduced_loss_and_bpb(sums, dist_info)  # waits for every rank
-    busy_by_rank = values_by_rank(busy, dist_info)
     split.update(ttt_warmup=loop_started - started, ttt_loop=time.perf_counter() - loop_started)
     logger.log(f"ttt_phased:done compile:{split['ttt_warmup']:.1f}s loop:{split['ttt_loop']:.1f}s (the record's "
-               f"total_eval_time is the loop's) scoring_s_by_rank:{[round(t, 1) for t in busy_by_rank]}")
+               f"total_eval_time: loop) scoring_s_by_rank:{[round(t, 1) for t in values_by_rank(busy, dist_info)]}")
     return val_loss, val_bpb
 
 def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, extra: str = "",
@@ -3312,8 +3305,7 @@ def export_artifact(h, dist_info, logger, model: nn.Module, code_bytes: int, out
             handle.write(serialize_artifact(tensors, meta, h.compressor, h.byte_shuffle))
         logger.log(f"timing_quantize_ms:{1000.0 * (time.perf_counter() - started):.0f}")
     barrier(dist_info)
-    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path),
-                                    code_bytes)
+    return account_submission_bytes(h, logger, os.path.getsize(raw_path), os.path.getsize(artifact_path), code_bytes)
 
 def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
     """Reads the artifact into a fresh model from make_model() (the dtype recipe), loaded strictly."""
@@ -3364,30 +3356,6 @@ def warmup_and_rewind(h: Hyperparameters, dist_info: DistInfo, logger: Logger, b
     base_model.load_state_dict(model_state)
     for optimizer, state in zip(optimizers.all, optimizer_states):
         optimizer.load_state_dict(state)
-
-class DataWait:
-    """Data wait: host time blocked on the loader + device time the compute stream waited for its copies (CUDA events,
-    read once a train_loss line is due: nothing else syncs, so the prefetch and copy overlap stay on)."""
-
-    def __init__(self):
-        self.pairs, self.total_ms = [], 0.0
-
-    def end_step(self, loader) -> None:
-        host_ms, pairs = loader.take_wait_stats()
-        self.total_ms += host_ms
-        self.pairs.extend(pairs)
-
-    def drain(self) -> None:
-        """Adds the collected pairs' device wait to the total; syncs on the last (one stream for all)."""
-        if self.pairs:
-            self.pairs[-1][1].synchronize()
-        self.total_ms += sum(before.elapsed_time(after) for before, after in self.pairs)
-        self.pairs = []
-
-    def summary(self, logger, steps: int, train_ms: float) -> None:
-        self.drain()
-        logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f" % (
-            self.total_ms, self.total_ms / max(steps, 1), self.total_ms / max(train_ms, 1e-9)))
 
 # A checkpoint, logs/<RUN_ID>/checkpoints/step_<N>/: model.pt (rank 0's weights, Adam states, EMA/SWA, looping and
 # late-QAT switches), rank_<r>.pt (rank r's Muon momentum rows, loader state, RNG states) and manifest.json (step,
@@ -3506,7 +3474,7 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
     """The record's step loop (SPEC §5): validation at step 0 / every VAL_LOSS_EVERY / the end (off the clock),
     warmdown by wallclock, late QAT, EMA every step, SWA, and a MAX-reduced wallclock stop; checkpoints (off the
     clock) every CHECKPOINT_EVERY steps and, with CHECKPOINT_ON_SIGNAL, when any rank got SIGTERM/SIGINT."""
-    averages, data_wait = WeightAverages(h, base_model), DataWait()
+    averages = WeightAverages(h, base_model)
     loader_state = checkpoint and load_checkpoint(dist_info, checkpoint, base_model, optimizers, averages)
     train_ms, step, stop_early = (checkpoint["train_ms"], checkpoint["step"], checkpoint["stop_early"]) \
         if checkpoint else (0.0, 0, False)
@@ -3555,12 +3523,11 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
             approx_ms = clock.now_ms()
             if averages.maybe_accumulate_swa(step, scale):
                 logger.log("swa:start step:%d" % step)
-            data_wait.end_step(loader)
             if h.train_log_every > 0 and (step <= 10 or step % h.train_log_every == 0):
                 all_reduce_(train_loss, dist_info, "avg")  # every rank logs the same step: the global batch loss
                 logger.log("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms"
                            % (step, h.iterations, train_loss.item(), approx_ms, approx_ms / step))
-                data_wait.drain()
+                loader.wait_ms()  # collects its events at a sync that happens anyway
             capped = h.train_budget_ms is not None and approx_ms >= h.train_budget_ms
             signals.where = "step:%d/%d train_time:%.0fms" % (step, h.iterations, approx_ms)
             verdict = torch.tensor([float(capped), float(signals.signum or 0)], device=dist_info.device)
@@ -3580,7 +3547,9 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
         raise RunStopped(signals.signum, signals.where)
     if stop_early and step < h.iterations:
         logger.log("stopping_early: wallclock_cap train_time:%.0fms step:%d/%d" % (train_ms, step, h.iterations))
-    data_wait.summary(logger, step, train_ms)
+    wait_ms = loader.wait_ms()  # host time blocked on the loader + the compute stream's waits for its copies
+    logger.log("data_wait total_ms:%.1f per_step_ms:%.3f fraction_of_train_time:%.5f"
+               % (wait_ms, wait_ms / max(step, 1), wait_ms / max(train_ms, 1e-9)))
     logger.log("train_data:last_read_ms:%.0f" % clock.last_read_ms)
     return averages
 

@@ -53,8 +53,8 @@ def test_help_lists_every_setting_with_type_default_and_help_and_starts_nothing(
     assert re.search(r"^  MLP_MULT +float .* \[default: 3\.0\] \[2026-04-09: 4\.0\] \[2026-04-27: 4\.0\]$", out.stdout,
                      re.MULTILINE)
     # the help comes from each field's own line: the comment of COMPRESSOR's line, under its group's heading
-    assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact: ans \(rANS per tensor\), pergroup "
-                     r"\(rANS per role, SPEC_0427 §9\), brotli, lzma \[default: brotli\] \[2026-04-09: ans\] "
+    assert re.search(r"^End of run: .*:\n(  .*\n)*  COMPRESSOR +str +artifact: pergroup \(rANS per role and shape, "
+                     r"SPEC_0427 §9\), brotli, lzma \[default: brotli\] \[2026-04-09: pergroup\] "
                      r"\[2026-04-27: pergroup\]$",
                      out.stdout, re.MULTILINE), out.stdout
 
