@@ -81,6 +81,13 @@ def test_parses_with_python_310_grammar():
     ast.parse((REPO / "train_gpt.py").read_text(encoding="utf-8"), feature_version=(3, 10))
 
 
+def test_the_trainer_keeps_its_shape():
+    """STYLE: one file of at most 3,800 lines with all three recipes, no line over 120 characters."""
+    lines = (REPO / "train_gpt.py").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 3800, len(lines)
+    assert [number for number, line in enumerate(lines, 1) if len(line) > 120] == []
+
+
 def test_import_has_no_side_effects(tmp_path):
     probe = r"""
 import os, socket, sys, torch, torch.distributed as dist
