@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: train_gpt.py under torchrun with a preset chosen for this machine. The console is teed to
-# logs/<RUN_ID>.console.txt and the last line says how the job ended (on a failure: the trainer's reason).
-# ./run.sh --help lists the presets and the variables it reads.
+# logs/<RUN_ID>.console.txt and the last line says how the job ended (on a failure: the trainer's reason); the
+# terminal is shown the job's output without torchrun's own log lines and failure report (tools/console_filter.py).
+# ./run.sh --help lists the recipes, the presets and the variables it reads.
 #
 # What run.sh relies on from the trainer (today's train_gpt.py does all of it):
 # - A failure the trainer can name is printed as one line `error: <reason>`, the failing rank's last (the first
@@ -10,8 +11,9 @@
 # - Without such a line, the reason comes from torchrun's "Root Cause" summary (the rank's exit code, the
 #   signal that killed it, or the last line of the traceback that @record reports).
 # - `logfile:<path>` names the trainer's own log; each run's outputs are logs/<RUN_ID>.* or logs/<RUN_ID>/
-#   (run.sh refuses a RUN_ID that has any) and logs/<RUN_ID>.console.txt is run.sh's alone.
-# - A rank sent SIGTERM (torchrun does that when run.sh is stopped) exits within torchrun's 30 s grace.
+#   (run.sh refuses a RUN_ID that has any, unless RESUME continues that run) and logs/<RUN_ID>.console.txt is
+#   run.sh's alone.
+# - A rank sent SIGINT or SIGTERM (torchrun forwards the signal it gets) exits within torchrun's 30 s grace.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,20 +24,26 @@ usage: ./run.sh        (settings are environment variables, e.g. NPROC=8 ITERATI
 Trains train_gpt.py under torchrun (NPROC processes, default: one per usable NVIDIA GPU, else 1) and tees the
 console to logs/<RUN_ID>.console.txt; the trainer's own log is logs/<RUN_ID>.txt.
 
-RECIPE   the trainer's table of defaults: 2026-03-23 (default) or 2026-04-09 (the SP8192 record); the presets
-         below are scaled from it
+RECIPE   the trainer's table of defaults; the presets below are scaled from it, and with no dataset named it
+         trains on the bundled sample, built once by data/build_shards.py with the recipe's vocabulary:
+  2026-03-23  (default) LeakyReLU^2, legal TTT, Parallel Muon; sample: --vocab-size 1024
+  2026-04-09  SP8192, depth recurrence, parallel residuals, GPTQ; sample: --vocab-size 8192
+  2026-04-27  2026-04-09 plus the documents loader, SmearGate and sparse attention gates, two decoder lanes,
+              LQER, the pergroup compressor, phased LoRA TTT; CaseOps sample: --caseops --vocab-size 8192
 PRESET   which settings run.sh adds (anything you export wins over the preset):
   auto     (default) tiny without a usable NVIDIA GPU; with GPUs: short on the bundled sample, record when
            DATA_PATH or TOKENIZER_PATH names a dataset
-  tiny     a ~1M-parameter model (2026-04-09: ~2M, half of it the 8192-token embedding), 150 steps: minutes
-           on 2 CPU cores
+  tiny     the recipe's features on a small model, 150 steps, minutes on 2 CPU cores: 2026-03-23 ~1M parameters,
+           2026-04-09 ~2M and 2026-04-27 ~0.8M (of which the 8192-token embedding is 1M and 0.5M)
   short    the record model for 120 s of training, shorter EMA horizon
   record   nothing added: train_gpt.py's defaults are the record (600 s on 8 GPUs); on a CPU it needs more
            memory than a 24 GB machine has
-DATA_PATH, TOKENIZER_PATH   the dataset; with neither set the bundled sample is built once (data/build_shards.py,
-         with the recipe's vocabulary: 1024, or 8192 for RECIPE=2026-04-09)
+DATA_PATH, TOKENIZER_PATH   the dataset; with neither set, the recipe's bundled sample (see RECIPE)
 NPROC    processes per node (torchrun --nproc_per_node)
-RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused
+RUN_ID   names the logs (default run_<date>_<time>); an id that already has logs is refused, unless RESUME is set
+RESUME   latest (RUN_ID's newest checkpoint) or a checkpoint folder: continue the run that wrote it, in its logs
+         and with its settings instead of a preset's (CHECKPOINT_EVERY or CHECKPOINT_ON_SIGNAL=1 write
+         checkpoints; docs/checkpoint.md)
 PYTHON   the interpreter (default: ./.venv or python3, see tools/python_env.sh)
 
 Every trainer setting (an environment variable too), its default and what it does: tools/py train_gpt.py --help
@@ -61,18 +69,39 @@ esac
 if [ -n "${NPROC:-}" ] && ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
   refuse "NPROC=$NPROC: expected a positive whole number of processes per node"
 fi
-export RUN_ID=${RUN_ID:-run_$(date +%Y%m%d_%H%M%S)}
-if [[ $RUN_ID == */* ]]; then
+# Each recipe of train_gpt.py's table (a test keeps the two lists equal): its bundled-sample build, the dataset and
+# tokenizer that build writes (the recipe's default paths), and the size of its record model.
+recipe=${RECIPE:-2026-03-23}
+case $recipe in
+  2026-03-23) sample_build=(--vocab-size 1024); sample=fineweb10B_sp1024; sample_tokenizer=fineweb_1024_bpe.model
+              params=27M ;;
+  2026-04-09) sample_build=(--vocab-size 8192); sample=fineweb10B_sp8192; sample_tokenizer=fineweb_8192_bpe.model
+              params=36M ;;
+  2026-04-27) sample_build=(--caseops --vocab-size 8192); sample=fineweb10B_sp8192_lossless_caps_caseops_v1_reserved
+              sample_tokenizer=fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model; params=36M ;;
+  *) refuse "RECIPE=$recipe: expected 2026-03-23, 2026-04-09 or 2026-04-27 (./run.sh --help)" ;;
+esac
+if [[ ${RUN_ID:-} == */* ]]; then
   refuse "RUN_ID=$RUN_ID: expected a name without '/' (it names files under logs/)"
 fi
-console="logs/$RUN_ID.console.txt"
-for path in "logs/$RUN_ID.txt" "$console" "logs/$RUN_ID"; do  # a second run must not land in a first run's log
-  if [ -e "$path" ]; then
-    refuse "RUN_ID=$RUN_ID: $path already exists (an earlier run's); choose another RUN_ID or move it away"
-  fi
-done
+if [ -z "${RESUME:-}" ]; then
+  export RUN_ID=${RUN_ID:-run_$(date +%Y%m%d_%H%M%S)}
+  for path in "logs/$RUN_ID.txt" "logs/$RUN_ID.console.txt" "logs/$RUN_ID"; do  # not into a first run's log
+    if [ -e "$path" ]; then
+      refuse "RUN_ID=$RUN_ID: $path already exists (an earlier run's); choose another RUN_ID or move it away" \
+             "(RESUME=latest continues that run from its newest checkpoint)"
+    fi
+  done
+fi
 
 source tools/python_env.sh
+
+if [ -n "${RESUME:-}" ]; then  # the run that wrote the checkpoint: its RUN_ID, the folder, its settings
+  resumed=$("$PYTHON" tools/resume_settings.py) || refuse "$resumed"
+  mapfile -t resumed <<< "$resumed"
+  export RUN_ID=${resumed[0]}
+fi
+console="logs/$RUN_ID.console.txt"
 
 # What torch (the trainer's view) can use: CUDA_VISIBLE_DEVICES, a CPU build of torch, a broken driver all count.
 gpu_info=$("$PYTHON" -c '
@@ -100,37 +129,50 @@ else
 fi
 NPROC=${NPROC:-$(( GPUS > 0 ? GPUS : 1 ))}
 
-recipe_0409=0; vocab=1024; params=27M  # the recipe's sample vocabulary, and the record model's size
-if [ "${RECIPE:-}" = 2026-04-09 ]; then recipe_0409=1; vocab=8192; params=36M; fi
-if [ -z "${DATA_PATH:-}" ] && [ -z "${TOKENIZER_PATH:-}" ]; then
-  if ! ls "data/datasets/fineweb10B_sp$vocab"/fineweb_val_*.bin >/dev/null 2>&1 \
-      || [ ! -f "data/tokenizers/fineweb_${vocab}_bpe.model" ]; then
-    echo "+ $PYTHON data/build_shards.py --vocab-size $vocab   # no dataset configured: building the bundled sample"
-    "$PYTHON" data/build_shards.py --vocab-size "$vocab"
-  fi
-fi
-
-# Short runs use a shorter EMA horizon: the record's 0.997 averages over ~330 steps, so after 150-200 steps
-# the averaged weights would still be half initialisation.
-case $recipe_0409$preset in  # the 2026-04-09 presets scale the recipe's own model (loops, parallel residuals)
-  1tiny)  # ~2M parameters, half of them the 8192-token embedding; blocks 2-3 looped, parallel residuals from 4
-    preset_settings=(NUM_LAYERS=6 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=6 LOOP_START=2 LOOP_END=3
-                     PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
-                     VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
-                     TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
-  1short)
-    preset_settings=(MAX_WALLCLOCK_SECONDS=120 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25 EMA_DECAY=0.97) ;;
-  *tiny)  # ~1M parameters, a few minutes on 2 cores
+# Short runs use a shorter EMA horizon: the record's 0.997 averages over ~330 steps, so after 150-200 steps the
+# averaged weights would still be half initialisation. The later recipes' presets scale the recipe's own model
+# (loops, parallel residuals or two lanes) and keep its warmdown by fraction.
+case $recipe:$preset in
+  2026-03-23:tiny)  # ~1M parameters, a few minutes on 2 cores
     preset_settings=(NUM_LAYERS=4 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=2 VE_LAYERS=2,3 VE_DIM=32
                      BIGRAM_VOCAB_SIZE=512 BIGRAM_DIM=32 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
                      VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95) ;;
-  *short)  # the record model for a short wallclock
+  2026-04-09:tiny)  # ~2M parameters, half of them the 8192-token embedding; blocks 2-3 looped, parallel residuals from 4
+    preset_settings=(NUM_LAYERS=6 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=6 LOOP_START=2 LOOP_END=3
+                     PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
+                     VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
+                     TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
+  2026-04-27:tiny)  # ~0.8M parameters (0.5M the 8192-token embedding): 2026-04-09's tiny blocks at width 64, two
+    # lanes from block 4, both gates. Packed rows of 512 tokens: a CPU's document attention is SDPA with a dense
+    # (row x row) mask. The phased LoRA TTT scaled to the sample's 200 val documents (rank 8, batches of 16, global
+    # SGD phases after batches 1, 2 and 3); no validation before the end, as the recipe.
+    preset_settings=(NUM_LAYERS=6 MODEL_DIM=64 NUM_HEADS=4 NUM_KV_HEADS=2 ROPE_DIMS=8 XSA_LAST_N=6 LOOP_START=2
+                     LOOP_END=3 PARALLEL_START_LAYER=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=4096
+                     VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 TRAIN_LOG_EVERY=15
+                     EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8 TTT_LORA_RANK=8 TTT_LORA_CHUNK=128 TTT_DOC_BATCH=16
+                     TTT_PHASE_DOCS=16,32,48 TTT_CHUNK_TOKENS=4096) ;;
+  2026-03-23:short)  # the record model for a short wallclock
     preset_settings=(MAX_WALLCLOCK_SECONDS=120 WARMDOWN_ITERS=60 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25
                      EMA_DECAY=0.97) ;;
-  *record)
+  *:short)
+    preset_settings=(MAX_WALLCLOCK_SECONDS=120 VAL_LOSS_EVERY=100 TRAIN_LOG_EVERY=25 EMA_DECAY=0.97) ;;
+  *:record)
     preset_settings=() ;;
 esac
+if [ -n "${RESUME:-}" ]; then  # a resume trains as the slice before it did, whatever preset this machine would get
+  preset_settings=("${resumed[@]:2}")
+  why="$preset's settings replaced by those of the run that wrote ${resumed[1]}; $gpu_note"
+  preset=resume
+fi
+if [ -z "${DATA_PATH:-}" ] && [ -z "${TOKENIZER_PATH:-}" ] \
+    && ! printf '%s\n' "${preset_settings[@]}" | grep -q '^\(DATA\|TOKENIZER\)_PATH='; then
+  if ! ls "data/datasets/$sample"/fineweb_val_*.bin >/dev/null 2>&1 || [ ! -f "data/tokenizers/$sample_tokenizer" ]
+  then
+    echo "+ $PYTHON data/build_shards.py ${sample_build[*]}   # no dataset configured: building the bundled sample"
+    "$PYTHON" data/build_shards.py "${sample_build[@]}"
+  fi
+fi
 settings=()
 kept=()
 for kv in "${preset_settings[@]}"; do  # the preset never overrides what the caller set
@@ -148,21 +190,24 @@ say() {  # to the terminal and the console log; a closed terminal (SIGHUP) must 
   printf '%s\n' "$*" | tee -a "$console" || true
 }
 say "preset: $preset ($why)${kept[*]:+; kept from the environment: ${kept[*]}}"
-if [ "$GPUS" -eq 0 ] && [ "$preset" != tiny ]; then
+if [ "$GPUS" -eq 0 ] && { [ "$preset" = short ] || [ "$preset" = record ]; }; then
   say "run.sh: WARNING: PRESET=$preset trains the $params-parameter record model on the CPU: it needs more memory" \
       "than a 24 GB machine has (killed by the kernel there) and hours per run; PRESET=tiny is the CPU preset"
 fi
 cmd=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" train_gpt.py)
-say "+ RUN_ID=$RUN_ID ${settings[*]} ${cmd[*]}"
+say "+ RUN_ID=$RUN_ID ${RESUME:+RESUME=$RESUME }${settings[*]} ${cmd[*]}"
 
 stop_signal=""
 job=""
+forwarded() {  # what the job gets for run.sh's signal $1: Ctrl-C stays SIGINT (the trainer logs which it got)
+  if [ "$1" = INT ]; then echo INT; else echo TERM; fi
+}
 on_signal() {
   if [ -z "$stop_signal" ]; then
     stop_signal=$1
-    say "run.sh: SIG$1: stopping the job (torchrun sends SIGTERM to every rank, SIGKILL after 30 s;" \
+    say "run.sh: SIG$1: stopping the job (torchrun sends SIG$(forwarded "$1") to every rank, SIGKILL after 30 s;" \
         "the same signal again kills the job at once)"
-    if [ -n "$job" ]; then kill -TERM "$job" 2>/dev/null || true; fi
+    if [ -n "$job" ]; then kill -s "$(forwarded "$1")" "$job" 2>/dev/null || true; fi
   elif [ -n "$job" ]; then
     say "run.sh: SIG$1 again: killing the job"
     local rank
@@ -176,12 +221,13 @@ trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 trap 'on_signal HUP' HUP
 
-# The job writes into a FIFO read by tee, so that run.sh knows torchrun's pid (to stop it) and tee's (to read
-# the complete console log before the last line). tee ignores Ctrl-C and hangups: it ends when the job's output
-# does, and keeps the console log complete.
+# The job writes into a FIFO read by tee, so that run.sh knows torchrun's pid (to stop it) and the reader's (to read
+# the complete console log before the last line). tee writes every line to the console log and passes them to the
+# terminal through the filter; both ignore Ctrl-C and hangups, and tee -p keeps writing the log if the filter's
+# terminal goes away: they end when the job's output does, and the console log is complete.
 tmp=$(mktemp -d)
 mkfifo "$tmp/output"
-( trap '' INT HUP; exec tee -a "$console" ) < "$tmp/output" &
+( trap '' INT HUP; tee -p -a "$console" | "$PYTHON" tools/console_filter.py ) < "$tmp/output" &
 tee_pid=$!
 # The job gets its own process group: a terminal's Ctrl-C reaches run.sh alone, which stops the job once.
 set -m
@@ -189,7 +235,7 @@ set -m
 job=$!
 set +m
 if [ -n "$stop_signal" ]; then  # a signal came while the job was starting
-  kill -TERM "$job" 2>/dev/null || true
+  kill -s "$(forwarded "$stop_signal")" "$job" 2>/dev/null || true
 fi
 
 while kill -0 "$job" 2>/dev/null; do  # a trapped signal interrupts wait: wait again until the job has ended

@@ -2320,12 +2320,10 @@ CASEOPS_CONTROLS = "\ue001\ue002\ue003\ue004"  # SPEC_0427 §2: TITLE, ALLCAPS, 
 
 def load_byte_sidecar(h: Hyperparameters, sp, val_paths: List[str], val_counts: List[int]) -> Optional[np.ndarray]:
     """SPEC_0427 §2: per val token, the original UTF-8 bytes it covers (0 for BOS); None for plain data. A CaseOps
-    tokenizer, manifest and sidecar come together, each sidecar as long as its shard, their total the manifest's
-    stats.bytes_val: anything else would divide by the wrong bytes."""
+    tokenizer, sidecars as long as their shards and the manifest's stats.bytes_val agree, or bpb has wrong bytes."""
     manifest_path, dataset = dataset_manifest(h.data_path)
     caseops = set(CASEOPS_CONTROLS) <= {sp.id_to_piece(token_id) for token_id in range(sp.vocab_size())}
-    sidecars = [os.path.join(os.path.dirname(path), "fineweb_val_bytes_" + os.path.basename(path)[12:])
-                for path in val_paths]
+    sidecars = [os.path.join(h.data_path, "fineweb_val_bytes_" + os.path.basename(path)[12:]) for path in val_paths]
     if not glob.glob(os.path.join(h.data_path, "fineweb_val_bytes_*.bin")):
         if dataset.get("text_transform"):
             raise DataError("%s says the shards are %s, but %s has no byte sidecar %s: their bpb needs it" % (
@@ -2346,9 +2344,11 @@ def load_byte_sidecar(h: Hyperparameters, sp, val_paths: List[str], val_counts: 
             raise DataError("%s holds %d byte counts, but %s holds %d tokens: one per token expected"
                             % (sidecar, parts[-1].size, val_path, count))
     counts, expected = np.concatenate(parts), dataset.get("stats", {}).get("bytes_val")
+    remedy = "tools/py data/write_manifest.py %s --tokenizer %s" % (h.data_path, h.tokenizer_path)
     if int(counts.sum(dtype=np.int64)) != expected:  # data/ writes stats.bytes_val when it builds or downloads
-        raise DataError("%s (and the other byte sidecars) total %d bytes, but datasets[0].stats.bytes_val of %s is %s"
-                        % (sidecars[0], counts.sum(dtype=np.int64), manifest_path, expected))
+        raise DataError("%s (and the other byte sidecars) total %d bytes, but datasets[0].stats.bytes_val of %s is %s%s"
+                        % (sidecars[0], counts.sum(dtype=np.int64), manifest_path, expected, "" if expected else
+                           "; for shards made elsewhere, %s%s writes it" % (remedy, " --overwrite" * bool(dataset))))
     return counts
 
 def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> ValidationData:

@@ -63,6 +63,7 @@ from data.sp_tokenizer import (
     save_tokenizer,
     settings_differences,
     tokenizer_from_bytes,
+    tokenizer_vocab_size,
     train_tokenizer,
 )
 
@@ -533,8 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write a trained tokenizer (default: data/tokenizers/fineweb_<V>_bpe.model for the default "
         "--out-dir, else data/tokenizers/<--out-dir's name>.model)",
     )
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
-                        help="tokenizer vocab size (default %(default)s)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"tokenizer vocab size (default: --tokenizer's, else {DEFAULT_VOCAB_SIZE})")
     parser.add_argument(
         "--val-docs", type=int, default=None,
         help=f"the first N documents form the validation split (default {DEFAULT_VAL_DOCS}; "
@@ -581,13 +582,16 @@ def config_from_args(args) -> BuildConfig:
         val_docs = args.val_docs
     else:
         val_docs = SAMPLE_VAL_DOCS if use_sample else DEFAULT_VAL_DOCS
-    out_dir = args.out_dir or default_out_dir(args.vocab_size, args.caseops)
+    vocab_size = args.vocab_size
+    if vocab_size is None:  # a given tokenizer says its own size; naming it twice only invites a mismatch
+        vocab_size = tokenizer_vocab_size(args.tokenizer) if args.tokenizer else DEFAULT_VOCAB_SIZE
+    out_dir = args.out_dir or default_out_dir(vocab_size, args.caseops)
     return BuildConfig(
         inputs=inputs,
         out_dir=out_dir,
-        tokenizer_out=args.tokenizer_out or tokenizer_path_for(out_dir, args.vocab_size, args.caseops),
+        tokenizer_out=args.tokenizer_out or tokenizer_path_for(out_dir, vocab_size, args.caseops),
         tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
+        vocab_size=vocab_size,
         val_docs=val_docs,
         shard_size=args.shard_size,
         workers=args.workers,

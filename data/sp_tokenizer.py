@@ -135,6 +135,19 @@ def load_tokenizer(model_path: Path, vocab_size: int):
     return tokenizer_from_bytes(model_bytes, vocab_size, str(model_path)), model_bytes
 
 
+def tokenizer_vocab_size(model_path: Path) -> int:
+    """The vocabulary size of a .model file."""
+    import sentencepiece as spm
+
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise TokenizerError(f"{model_path}: tokenizer model not found")
+    try:
+        return spm.SentencePieceProcessor(model_file=str(model_path)).vocab_size()
+    except (RuntimeError, OSError) as error:
+        raise TokenizerError(f"{model_path}: not a SentencePiece model ({error})") from error
+
+
 def settings_differences(settings: dict, vocab_size: int) -> list:
     """Human-readable differences between a model's settings and the SPEC's (empty when they match)."""
     wanted = dict(SPEC_TRAINER_SETTINGS, vocab_size=vocab_size)

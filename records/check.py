@@ -1,14 +1,18 @@
 """The rules a record folder must pass before it is submitted; every function returns one line per problem.
 
 A folder `records/<track>/<YYYY-MM-DD>_<Name>/` passes when: README.md, submission.json, train_gpt.py and at
-least one log are present; every log is named train_seed<N>.log after the seed it ran and holds one run; every
+least one log are present; every log is named train_seed<N>.log after the seed it ran and holds one run (a run
+resumed from its checkpoints is one run in slices: each later slice resumes from a checkpoint an earlier one saved,
+with the same code and the same training settings); every
 log carries the code_sha256 of the source train_gpt.py runs (a packed train_gpt.py, records/pack.py, is decoded
 first: its wrapper must be exactly the packer's and its payload must decode to the sha256 it states), our file
 logs its exact source too, and every log's `Code size` is train_gpt.py's size, the counted bytes; configs agree
 across seeds in everything but SEED and RUN_ID; every log has the headline line and a total size <= 16,000,000
 bytes; train_gpt.py and the source it runs parse with the Python 3.10 grammar (and compile under a real
 python3.10 when one exists) and train_gpt.py imports without side effects; submission.json states the headline
-mean, the largest seed's bytes and the seeds.
+mean, the largest seed's bytes and the seeds. Its track (the folder's parent) adds the rules of TRACKS that the logs
+can show: on the record track, training <= 600 s and evaluation <= 600 s on 8xH100, and a p < 0.01 improvement of
+>= 0.005 nats over the previous record (at least 2 seeds); a non-record track only the byte limit.
 
 What the checker itself lacks (brotli to decode a packed file, a module the submission imports) is raised as
 MissingDependency, never reported as a problem of the submission.
@@ -32,6 +36,15 @@ from records.parse import (HEADLINE_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, SeedRun, ch
                            config_differences, parse_log)
 
 REQUIRED_FILES = ("README.md", "submission.json", "train_gpt.py")
+# The challenge's tracks (its README: "Submission Process", "Non-record Submissions"). The record track's rules that a
+# log can show; every track has the 16,000,000-byte limit. A track whose name says non_record (or nonrecord) has no
+# other rule: "runs that are not intended to meet the 10-minute cutoff".
+RECORD_TRACK = "track_10min_16mb"
+TRAIN_LIMIT_MS = 600_000  # "Reproducibly run in under 10 minutes on 8xH100s"
+EVAL_LIMIT_MS = 600_000  # "We won't accept submissions that take more than 10 minutes on 8xH100 to evaluate"
+RECORD_GPUS, RECORD_GPU_NAME = 8, "H100"
+IMPROVEMENT_MARGIN_NATS = 0.005  # "beat the existing SOTA by at least 0.005 nats ... at p < 0.01"
+SIGNIFICANCE_LEVEL = 0.01
 READABLE_NAME = "train_gpt_readable.py"  # beside a packed train_gpt.py: its source with comments and docstrings
 REQUIRED_SUBMISSION_FIELDS = ("name", "author", "github_id", "date", "val_bpb", "val_loss", "bytes_total",
                               "bytes_code")
@@ -266,6 +279,49 @@ def provenance_problems(runs: List[SeedRun], code: CountedCode) -> List[str]:
     return problems
 
 
+def resume_free_fields(source: Optional[str]) -> set:
+    """The settings a resume may change (the trainer's RESUME_FREE_FIELDS, read from the source that ran); without
+    that name, only RESUME itself."""
+    try:
+        tree = ast.parse(source or "")
+    except SyntaxError:
+        return {"resume"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "RESUME_FREE_FIELDS"
+                                                for t in node.targets):
+            words = " ".join(n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant)
+                             and isinstance(n.value, str))
+            return set(words.split()) | {"resume"}
+    return {"resume"}
+
+
+def slice_problems(run: SeedRun) -> List[str]:
+    """Why the slices of a resumed run's log are not one run: each later slice must resume from a checkpoint an earlier
+    slice of this log saved, run the same code and train with the same settings."""
+    problems, saved = [], {}
+    free = resume_free_fields(run.source)
+    first = run.slices[0] if run.slices else None
+    for current in run.slices:
+        label = "%s: slice %d" % (run.name, current.index)
+        if current.index > 1 and current.resumed_from is not None:
+            if current.code_sha256 != first.code_sha256:
+                problems.append("%s ran another version of the script (code_sha256 %s...) than slice 1 (%s...): not "
+                                "one run" % (label, (current.code_sha256 or "none")[:12], (first.code_sha256 or
+                                                                                          "none")[:12]))
+            changed = sorted(key for key in set(first.config) | set(current.config)
+                             if key not in free and first.config.get(key) != current.config.get(key))
+            if changed:
+                problems.append("%s trains with other settings than slice 1 (%s): not one run" % (label, ", ".join(
+                    "%s=%s (slice 1: %s)" % (key.upper(), current.config.get(key), first.config.get(key))
+                    for key in changed)))
+            where = os.path.normpath(current.resumed_from)
+            if saved.get(where) != current.resumed_step:
+                problems.append("%s resumes from %s (step %d), a checkpoint no earlier slice of this log saved"
+                                % (label, current.resumed_from, current.resumed_step))
+        saved.update({os.path.normpath(path): step for path, step in current.checkpoints.items()})
+    return problems
+
+
 def seed_and_config_problems(runs: List[SeedRun]) -> List[str]:
     problems = []
     seen = {}
@@ -273,6 +329,7 @@ def seed_and_config_problems(runs: List[SeedRun]) -> List[str]:
         if run.run_count > 1:
             problems.append("%s: holds %d runs (a run was appended to the same logs/<RUN_ID>.txt): a record log must "
                             "hold exactly one run" % (run.name, run.run_count))
+        problems += slice_problems(run)
         if not run.config:
             problems.append("%s: no config: lines (use the trainer's file log logs/<RUN_ID>.txt)" % run.name)
         if run.seed is None:
@@ -315,6 +372,69 @@ def headline_and_size_problems(runs: List[SeedRun], declared: Optional[str]) -> 
             problems.append("%s: total size %d bytes is over the %d-byte cap by %d"
                             % (run.name, run.bytes_total, SIZE_LIMIT_BYTES, run.bytes_total - SIZE_LIMIT_BYTES))
     return problems
+
+
+def _hardware(run: SeedRun) -> str:
+    gpus = run.gpu_names[:run.world_size] if run.world_size else run.gpu_names
+    if gpus:
+        return "%d×%s" % (len(gpus), " + ".join(sorted(set(gpus))))
+    if run.attention_backend and "cpu" in run.attention_backend:
+        return "CPU (no GPU)"
+    return "unknown hardware (the log has no nvidia-smi output)"
+
+
+def _eval_ms(run: SeedRun) -> Optional[int]:
+    """Our trainer's eval_time line (deserialization to the last score), else the sum of the final evals' times."""
+    if run.eval_total_ms is not None:
+        return run.eval_total_ms
+    finals = [ms for label, ms in run.eval_time_ms.items() if label.startswith(("final_", "legal_ttt", "quantized_ttt"))]
+    return sum(finals) if finals else None
+
+
+def record_track_problems(runs: List[SeedRun], significance: Optional[dict]) -> List[str]:
+    """The record track's rules a log can show, one line per broken rule and log. `significance`: the folder's
+    submission.json `baseline` (records.make's Welch test against the previous record), or None."""
+    problems = []
+    rule = "breaks the %s rule" % RECORD_TRACK
+    for run in runs:
+        gpus = run.gpu_names[:run.world_size] if run.world_size else run.gpu_names
+        if not (run.world_size == RECORD_GPUS == len(gpus) and all(RECORD_GPU_NAME in name for name in gpus)):
+            hardware = _hardware(run)
+            problems.append("%s: %s 'train and evaluate on 8xH100': it ran on %s (world size %s)"
+                            % (run.name, rule, hardware, run.world_size))
+        # the cap is checked at each step's end, so the step that crosses 600 s ends past it: one step over is the cap
+        allowance = run.step_avg_ms or 0.0
+        if run.train_time_ms is None:
+            problems.append("%s: %s 'training <= 600 s': the log has no step line with train_time" % (run.name, rule))
+        elif run.train_time_ms > TRAIN_LIMIT_MS + allowance:
+            problems.append("%s: %s 'training <= 600 s': train_time %d ms (the cap allows one step past 600 s, %.0f "
+                            "ms here)" % (run.name, rule, run.train_time_ms, allowance))
+        eval_ms = _eval_ms(run)
+        if eval_ms is None:
+            problems.append("%s: %s 'evaluation <= 600 s': the log has no eval time" % (run.name, rule))
+        elif eval_ms > EVAL_LIMIT_MS:
+            problems.append("%s: %s 'evaluation <= 600 s': its evaluation took %d ms" % (run.name, rule, eval_ms))
+    claim = "'beat the previous record by >= %.3f nats at p < %.2f'" % (IMPROVEMENT_MARGIN_NATS, SIGNIFICANCE_LEVEL)
+    if len(runs) < 2:
+        problems.append("%s %s: %d seed, and a p-value needs at least 2 (one log per seed)" % (rule, claim, len(runs)))
+    elif not significance:
+        problems.append("%s %s: no significance test against the previous record (records.make make --baseline "
+                        "<its folder>)" % (rule, claim))
+    elif significance.get("p_value") is None or not significance["p_value"] < SIGNIFICANCE_LEVEL:
+        problems.append("%s %s: p = %s against %s" % (rule, claim, significance.get("p_value"), significance.get("dir")))
+    return problems
+
+
+def track_problems(track: str, runs: List[SeedRun], significance: Optional[dict]) -> Tuple[List[str], List[str]]:
+    """(problems, notes) of the rules of `track` (the folder records/<track>/ the record goes to)."""
+    if track == RECORD_TRACK:
+        return record_track_problems(runs, significance), []
+    if "non_record" in track or "nonrecord" in track:
+        return [], ["%s is a non-record track: of the challenge's rules only the %s-byte limit applies (checked); the "
+                    "record track's (training and evaluation <= 600 s on 8xH100, p < %.2f) do not"
+                    % (track, "{:,}".format(SIZE_LIMIT_BYTES), SIGNIFICANCE_LEVEL)]
+    return ["track %r: not a track this check knows: %s (the record track) or a non-record track, whose name says "
+            "non_record" % (track, RECORD_TRACK)], []
 
 
 def _tolerance(value) -> float:
@@ -424,6 +544,8 @@ def check_folder(folder, run_import: bool = True, python310: Optional[str] = "au
     if runs:
         problems += seed_and_config_problems(runs)
         problems += headline_and_size_problems(runs, declared)
+        rules, track_notes = track_problems(folder.resolve().parent.name, runs, submission.get("baseline"))
+        problems, notes = problems + rules, notes + track_notes
         if code is not None:
             problems += provenance_problems(runs, code)
     elif code is not None and code.error:

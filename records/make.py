@@ -1,16 +1,18 @@
 """Build and check record folders from train logs.
 
     tools/py -m records.make parse LOG...                        per-seed results as JSON (absent ones named)
-    tools/py -m records.make make --name NAME --author A --github-id G [--baseline DIR] LOG...
+    tools/py -m records.make make --name NAME --author A --github-id G [--track T] [--baseline DIR] LOG...
     tools/py -m records.make check DIR                           rule check; exit 1 with one line per problem
 
 `make` refuses (exit 2, nothing written) logs whose code_sha256 is not the source of --script (the readable
-train_gpt.py), whose `Code size` is not the packed file's size, that hold more than one run, or whose configs
-differ in anything but SEED and RUN_ID. Otherwise it writes records/<track>/<date>_<Name>/: train_gpt.py (the
-counted file: --script packed by records/pack.py), train_seed<N>.log, submission.json, curves.png, README.md,
-requirements.txt. It builds the folder in a temporary folder beside it and moves it into place only when it is
-complete, then runs `check` on it and exits 1 if that finds problems. A module the tool needs and this Python
-lacks (brotli, matplotlib, scipy for --baseline; torch for check's import) is exit 2 with the module named.
+train_gpt.py), whose `Code size` is not the packed file's size, that hold more than one run (a run resumed from its
+own checkpoints is one run in slices, and is shown as such), whose configs differ in anything but SEED and RUN_ID,
+or that break a rule of --track that the logs can show (records/check.py: the record track's training and
+evaluation <= 600 s on 8xH100 and its significance test, which needs --baseline; every track's byte limit).
+Otherwise it writes records/<track>/<date>_<Name>/: the files listed at the end of --help. It builds the folder in a temporary folder beside it and moves it into place only when it is
+complete, then runs `check` on it and exits 1 if that finds problems. A module the tool needs and
+this Python lacks (brotli, matplotlib, scipy for --baseline; torch for check's import) is exit 2 with the module
+named.
 """
 import argparse
 import ast
@@ -23,24 +25,36 @@ import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, stdev
 from typing import Dict, List, Optional, Tuple
 
-from records.check import (READABLE_NAME, CountedCode, MissingDependency, check_folder, provenance_problems,
-                           require_modules, seed_and_config_problems)
+from records.check import (IMPROVEMENT_MARGIN_NATS, READABLE_NAME, RECORD_TRACK, SIGNIFICANCE_LEVEL, CountedCode,
+                           MissingDependency, check_folder, provenance_problems, require_modules,
+                           seed_and_config_problems, track_problems)
 from records.parse import (PRE_TTT_KEYS, ROUNDTRIP_KEYS, SIZE_LIMIT_BYTES, TTT_KEY, Headline, SeedRun,
                            choose_headline, parse_log)
 
-IMPROVEMENT_MARGIN_NATS = 0.005  # the challenge: beat the previous record by >= 0.005 nats ...
-SIGNIFICANCE_LEVEL = 0.01  # ... shown at p < 0.01
-DEFAULT_TRACK = "track_10min_16mb"
+DEFAULT_TRACK = RECORD_TRACK
 PLOT_NAME = "curves.png"
 # What the packed train_gpt.py needs beyond the challenge's image (torch, numpy, sentencepiece).
 FOLDER_REQUIREMENTS = "# the packed train_gpt.py decodes its source with brotli\nbrotli\n"
 # what an artifact of the seeds' COMPRESSOR (their config:compressor= line) needs to be read
 COMPRESSOR_REQUIREMENTS = {"ans": "# COMPRESSOR=ans artifacts are rANS-coded\nconstriction>=0.5\n"}
-GENERATED_FILES = ("README.md", "submission.json", "train_gpt.py", PLOT_NAME, "requirements.txt")
+# Every file make writes besides the logs (train_seed<N>.log), with what it is: --help lists them from here.
+GENERATED_FILES = {
+    "train_gpt.py": "the counted code: --script packed by records/pack.py",
+    READABLE_NAME: "--script itself, the readable source with its comments (not counted)",
+    "requirements.txt": "what the packed file needs beyond torch, numpy and sentencepiece",
+    "submission.json": "the challenge's metadata: name, author, val_bpb, bytes, seeds",
+    PLOT_NAME: "train loss and val_bpb of every seed",
+    "README.md": "per-seed table, significance, slices of resumed runs, the run command, hardware and versions",
+}
+
+
+def seed_count(count: int) -> str:
+    return "%d seed%s" % (count, "" if count == 1 else "s")
 
 
 # ---- statistics ----
@@ -284,6 +298,21 @@ def _warnings_section(runs: List[SeedRun]) -> List[str]:
             + ["- `%s` (seed %s)" % (line, ", ".join(seeds)) for line, seeds in seen.items()] + [""])
 
 
+def _slices_section(runs: List[SeedRun]) -> List[str]:
+    """A run resumed from its own checkpoints (RESUME=, docs/checkpoint.md) trained in slices, each appended to its
+    log: one line per slice, so a reader sees where it stopped and where it went on."""
+    lines = []
+    for run in runs:
+        if len(run.slices) > 1:
+            lines += ["- `train_seed%s.log`, one run in %d slices:" % (run.seed, len(run.slices))]
+            lines += ["  - %s" % slice_.describe() for slice_ in run.slices]
+    if not lines:
+        return []
+    return (["## Slices", "", "Runs stopped and resumed from their checkpoints (bit-exact on a CPU; docs/checkpoint.md). "
+             "A resume trains the steps after its checkpoint again, so the curves and results are the last slice's "
+             "from there on:", ""] + lines + [""])
+
+
 def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, hardware: str,
                  significance: List[str], defaults: Dict[str, str], code: CountedCode) -> None:
     scores = [run.exact[headline.key] for run in runs] if headline.key else []
@@ -306,7 +335,7 @@ def write_readme(folder: Path, args, runs: List[SeedRun], headline: Headline, ha
               "Means and sample standard deviations (n − 1) are over the seeds. Total bytes = compressed model "
               "(`Serialized model int6+<compressor>`) + counted code (`Code size`): the `Total submission size` "
               "line.", ""]
-    lines += _absent_section(runs, headline) + _warnings_section(runs)
+    lines += _absent_section(runs, headline) + _warnings_section(runs) + _slices_section(runs)
     lines += ["## Curves", "", "![training loss and validation bpb of every seed](%s)" % PLOT_NAME, ""]
     if significance:
         lines += significance + [""]
@@ -343,8 +372,8 @@ def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: s
     record = {
         "name": args.name, "author": args.author, "github_id": args.github_id, "date": args.date,
         "track": args.track, "hardware": hardware,
-        "blurb": args.blurb or "%s; %d seeds on %s; val_bpb is the mean %s." % (args.name, len(runs), hardware,
-                                                                               headline.key or "(absent)"),
+        "blurb": args.blurb or "%s; %s on %s; val_bpb is the mean %s." % (args.name, seed_count(len(runs)), hardware,
+                                                                         headline.key or "(absent)"),
         "val_bpb": rounded(bpb_mean), "val_bpb_std": rounded(bpb_std),
         "val_loss": rounded(mean(score[0] for score in scores)) if scores else None,
         "metric": headline.key, "metric_note": headline.note,
@@ -360,6 +389,7 @@ def submission_record(args, runs: List[SeedRun], headline: Headline, hardware: s
             "roundtrip_val_bpb": rounded(run.score(ROUNDTRIP_KEYS)[2]) if run.score(ROUNDTRIP_KEYS) else None,
             "steps": run.steps, "step_avg_ms": run.step_avg_ms, "train_time_ms": run.train_time_ms,
             "bytes_model": run.bytes_model, "bytes_total": run.bytes_total, "absent": run.absent(),
+            "slices": [slice_.describe() for slice_ in run.slices] if len(run.slices) > 1 else [],
         } for run in runs],
         "code_sha256": code.source_sha256,
         "python_version": runs[0].python_version, "pytorch_version": runs[0].pytorch_version,
@@ -407,7 +437,27 @@ def read_script(script: Path) -> CountedCode:
     return CountedCode("train_gpt.py", pack_source(source), packed=True, source=source, readable=readable)
 
 
-def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, code: CountedCode) -> None:
+@dataclass
+class Baseline:
+    """--baseline's logs and the significance test against them (empty without --baseline)."""
+
+    runs: List[SeedRun]
+    lines: List[str]  # the README section
+    summary: Optional[dict]  # submission.json's `baseline`
+
+
+def compare_with_baseline(args, runs: List[SeedRun], headline: Headline) -> Baseline:
+    baseline = _parse_baseline(args.baseline) if args.baseline else []
+    if args.baseline and not baseline:
+        print("warning: --baseline %s holds no *.log or *.txt logs" % args.baseline, file=sys.stderr)
+    if not baseline:
+        return Baseline([], [], None)
+    return Baseline(baseline, *_significance_section(runs, headline, baseline, choose_headline(baseline),
+                                                     args.baseline))
+
+
+def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, code: CountedCode,
+                 baseline: Baseline) -> None:
     """Every file of the record folder, into `folder` (which exists and holds nothing of ours)."""
     (folder / "train_gpt.py").write_bytes(code.data)
     (folder / READABLE_NAME).write_text(code.readable, encoding="utf-8", newline="\n")
@@ -416,18 +466,11 @@ def write_folder(folder: Path, args, runs: List[SeedRun], headline: Headline, co
     (folder / "requirements.txt").write_text(requirements, encoding="utf-8")
     for run in runs:
         shutil.copyfile(run.path, folder / ("train_seed%d.log" % run.seed))
-    baseline = _parse_baseline(args.baseline) if args.baseline else []
-    if args.baseline and not baseline:
-        print("warning: --baseline %s holds no *.log or *.txt logs" % args.baseline, file=sys.stderr)
-    significance_lines, significance = [], None
-    if baseline:
-        significance_lines, significance = _significance_section(runs, headline, baseline,
-                                                                 choose_headline(baseline), args.baseline)
     hardware = _runs_hardware(runs)
-    draw_curves(runs, baseline, folder / PLOT_NAME)
+    draw_curves(runs, baseline.runs, folder / PLOT_NAME)
     defaults = hyperparameter_defaults(code.source)
-    write_readme(folder, args, runs, headline, hardware, significance_lines, defaults, code)
-    record = submission_record(args, runs, headline, hardware, code, significance)
+    write_readme(folder, args, runs, headline, hardware, baseline.lines, defaults, code)
+    record = submission_record(args, runs, headline, hardware, code, baseline.summary)
     (folder / "submission.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
@@ -470,21 +513,28 @@ def command_make(args) -> int:
     refusals = provenance_problems(runs, code) + seed_and_config_problems(runs)
     if args.baseline and not args.allow_baseline_mismatch:
         refusals += baseline_data_problems(runs, _parse_baseline(args.baseline))
-    if refusals:
+    headline = choose_headline(runs)
+    baseline = compare_with_baseline(args, runs, headline) if not refusals else Baseline([], [], None)
+    rules, notes = track_problems(args.track, runs, baseline.summary)
+    if refusals or rules:
         print("refused: nothing written", file=sys.stderr)
-        for problem in refusals:
+        for problem in refusals + rules:
             print(problem)
         return 2
+    for note in notes:
+        print("note: " + note, file=sys.stderr)
     for run in runs:
         if run.absent():
             print("warning: %s (seed %s) lacks: %s" % (run.name, run.seed, "; ".join(run.absent())), file=sys.stderr)
-    headline = choose_headline(runs)
+        if len(run.slices) > 1:
+            print("%s (seed %s): one run in %d slices: %s" % (run.name, run.seed, len(run.slices), "; ".join(
+                slice_.describe() for slice_ in run.slices)), file=sys.stderr)
     print("headline: %s" % headline.note, file=sys.stderr)
     folder = Path(args.out) / args.track / ("%s_%s" % (args.date, _folder_name(args.name)))
     if folder.exists() and not args.force:
         print("error: %s exists (pass --force to replace it)" % folder, file=sys.stderr)
         return 2
-    publish_folder(folder, lambda building: write_folder(building, args, runs, headline, code))
+    publish_folder(folder, lambda building: write_folder(building, args, runs, headline, code, baseline))
     print(folder)
     return report_check(folder, run_import=not args.skip_import_check)
 
@@ -516,8 +566,11 @@ def command_parse(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    folder_files = "\n".join("  %-22s %s" % item for item in GENERATED_FILES.items())
     parser = argparse.ArgumentParser(prog="tools/py -m records.make", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="make writes into the record folder:\n%s\n  %-22s the trainer's file log of "
+                                            "each seed, as given" % (folder_files, "train_seed<N>.log"))
     commands = parser.add_subparsers(dest="command", required=True)
     parse = commands.add_parser("parse", help="print per-seed results of train logs as JSON")
     parse.add_argument("logs", nargs="+", help="train logs (ours or the challenge's)")

@@ -37,10 +37,37 @@ _CODE = re.compile(r"Code size: (\d+) bytes")
 _SUBMISSION_BYTES = re.compile(r"submission_bytes code_bytes:(\d+) model_bytes:(\d+) total_bytes:(\d+)")
 _CODE_BUDGET = re.compile(r"code_bytes:(\d+) code_bytes_readable:(\d+)")  # before training (trainers that pack their code)
 _GPU_ROW = re.compile(r"\|\s+\d+\s+(.+?)\s+(?:On|Off)\s+\|")
-# Each run writes its header first (our file logs: the code_sha256 line; every file log: the versions block), so
-# a log that holds two runs (a second run appended to the same logs/<RUN_ID>.txt) has two of either.
+_EVAL_TOTAL = re.compile(r"eval_time:(\d+)ms \(")  # our trainer's time from deserialization to the last score
+# Each launch writes its header first (our file logs: the code_sha256 line; every file log: the versions block). A
+# resumed run (RESUME=, docs/checkpoint.md) appends its next slice to its own log, header and all, and logs
+# `resume: step:N/ITER train_time:<ms>ms from:<checkpoint>` before its first step; a header without that line is a
+# second run appended to the same logs/<RUN_ID>.txt.
 _RUN_HEADER = re.compile(r"^code_sha256:[0-9a-f]{64}$", re.MULTILINE)
 _VERSIONS_HEADER = re.compile(r"^Running Python ", re.MULTILINE)
+_RESUME = re.compile(r"^resume: step:(\d+)/\d+ train_time:(\d+)ms from:(.+)$", re.MULTILINE)
+_CHECKPOINT = re.compile(r"^checkpoint: step:(\d+)/\d+ train_time:\d+ms path:(.+)$", re.MULTILINE)
+_STOPPED = re.compile(r"^stopped: .*$", re.MULTILINE)
+
+
+@dataclass
+class Slice:
+    """One launch of a run: the first, or a resume of it from a checkpoint (its log's lines appended)."""
+
+    index: int  # 1, 2, ...
+    code_sha256: Optional[str] = None
+    config: Dict[str, str] = field(default_factory=dict)
+    resumed_step: Optional[int] = None  # the checkpoint's step; None for the first slice
+    resumed_from: Optional[str] = None
+    last_step: Optional[int] = None  # the last step line of the slice
+    train_time_ms: Optional[int] = None
+    checkpoints: Dict[str, int] = field(default_factory=dict)  # path -> step of each checkpoint it saved
+    ended: str = "the log ends"  # its stopped: line, or that it reached the final scores
+
+    def describe(self) -> str:
+        start = "steps 0" if self.resumed_step is None else "resumed from %s: steps %d" % (self.resumed_from,
+                                                                                           self.resumed_step)
+        return "slice %d: %s-%s, train_time %sms; %s" % (self.index, start, self.last_step if self.last_step
+                                                         is not None else "?", self.train_time_ms, self.ended)
 
 
 @dataclass
@@ -81,6 +108,8 @@ class SeedRun:
     artifact_format: Optional[str] = None  # int6+lzma, int8+zlib, ...
     warnings: List[str] = field(default_factory=list)  # WARNING / ERROR / error: lines
     run_count: int = 1  # runs the log holds; more than one means a run was appended to another run's log
+    slices: List[Slice] = field(default_factory=list)  # our file logs: the launches of the run (resumes add one)
+    eval_total_ms: Optional[int] = None  # our trainer's eval_time line: deserialization to the last score
 
     @property
     def name(self) -> str:
@@ -131,7 +160,8 @@ class SeedRun:
             "bytes_code": self.bytes_code, "bytes_code_readable": self.bytes_code_readable,
             "bytes_total": self.bytes_total, "python": self.python_version,
             "pytorch": self.pytorch_version, "gpus": self.gpu_names, "absent": self.absent(),
-            "runs_in_log": self.run_count,
+            "runs_in_log": self.run_count, "eval_total_ms": self.eval_total_ms,
+            "slices": [slice_.describe() for slice_ in self.slices],
         }
 
 
@@ -225,27 +255,77 @@ def _parse_header_line(run: SeedRun, line: str) -> None:
     if match:
         run.bytes_code = int(match.group(1))
         return
+    match = _EVAL_TOTAL.match(line)
+    if match:
+        run.eval_total_ms = int(match.group(1))
+        return
     if line.startswith("stopping_early:"):
         run.stopped_early = True
     elif line.startswith(("WARNING", "ERROR", "error:")):
         run.warnings.append(line)
 
 
-def parse_log_text(text: str, path: str = "<text>") -> SeedRun:
-    run = SeedRun(path=str(path))
-    first_line = text.split("\n", 1)[0]
-    if first_line.startswith("code_sha256:"):
-        _parse_header_line(run, first_line)
-    run.source, body = _split_source(text)
-    headers = len(_RUN_HEADER.findall(body)) + (1 if first_line.startswith("code_sha256:") else 0)
-    run.run_count = max(1, headers, len(_VERSIONS_HEADER.findall(body)))
+def _parse_body(run: SeedRun, body: str) -> None:
     lines = body.splitlines()
     smi_start = next((i for i, line in enumerate(lines) if line.startswith("Running PyTorch")), None)
     if smi_start is not None:
         smi_end = next((i for i in range(smi_start + 1, len(lines)) if lines[i] == "=" * 100), len(lines))
+        run.gpu_names = []
         _parse_nvidia_smi(run, lines[smi_start + 1:smi_end])
     for line in lines:
         _parse_line(run, line)
+
+
+def _launches(text: str) -> List[str]:
+    """Our file log cut before each code_sha256 line after the first (one piece per launch); other logs whole."""
+    starts = [match.start() for match in _RUN_HEADER.finditer(text)]
+    if len(starts) < 2 or starts[0] != 0:
+        return [text]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def parse_log_text(text: str, path: str = "<text>") -> SeedRun:
+    """One run from its log. A resumed run's log holds one launch per slice: each is parsed in order, a resume
+    dropping the curve points after its checkpoint's step (the steps it trains again), so the results are the run's
+    as it ended; the config is the first slice's."""
+    run = SeedRun(path=str(path))
+    launches = _launches(text)
+    for index, launch in enumerate(launches, 1):
+        first_line = launch.split("\n", 1)[0]
+        piece = SeedRun(path=str(path))
+        if first_line.startswith("code_sha256:"):
+            _parse_header_line(piece, first_line)
+        piece.source, body = _split_source(launch)
+        resume = _RESUME.search(body)
+        current = Slice(index, code_sha256=piece.code_sha256)
+        if resume and index > 1:
+            current.resumed_step, current.resumed_from = int(resume.group(1)), resume.group(3).strip()
+            run.train_curve = [point for point in run.train_curve if point[0] <= current.resumed_step]
+            run.val_curve = [point for point in run.val_curve if point[0] <= current.resumed_step]
+        elif index > 1:
+            run.run_count += 1
+        if index == 1:
+            run.code_sha256, run.source = piece.code_sha256, piece.source
+            headers = len(_RUN_HEADER.findall(body)) + (1 if first_line.startswith("code_sha256:") else 0)
+            run.run_count = max(1, headers, len(_VERSIONS_HEADER.findall(body)))
+        config_before = dict(run.config)
+        _parse_body(run, body)
+        current.config = {key: value for key, value in
+                          (line[len("config:"):].partition("=")[::2] for line in body.splitlines()
+                           if line.startswith("config:") and "=" in line)}
+        if index > 1:
+            run.config = config_before  # the run's settings are its first launch's
+        steps = [int(match.group(1)) for match in re.finditer(r"^step:(\d+)/\d+ (?:train|val)_loss", body, re.M)]
+        times = re.findall(r"^step:\d+/\d+ (?:train|val)_loss:\S+ (?:val_bpb:\S+ )?train_time:(\d+)ms", body, re.M)
+        current.last_step = max(steps) if steps else current.resumed_step
+        current.train_time_ms = int(times[-1]) if times else None
+        current.checkpoints = {match.group(2).strip(): int(match.group(1)) for match in _CHECKPOINT.finditer(body)}
+        stopped = _STOPPED.findall(body)
+        current.ended = stopped[-1] if stopped else ("it reached the final scores" if any(
+            key in body for key in HEADLINE_KEYS) else "the log ends")
+        run.slices.append(current)
+    if len(launches) == 1 and run.code_sha256 is None:
+        run.slices = []  # not our file log: no launches to tell apart
     if run.seed is None and run.config.get("seed", "").isdigit():
         run.seed = int(run.config["seed"])
     run.run_id = run.config.get("run_id")

@@ -191,9 +191,10 @@ def test_packed_trainer_trains_on_cpu_logs_its_counted_bytes_and_makes_a_record_
     shutil.copyfile(log, tmp_path / "train_seed7.log")
     made = subprocess.run([sys.executable, "-m", "records.make", "make", "--name", "Packed", "--author", "a",
                            "--github-id", "g", "--script", str(SCRIPT), "--out", str(tmp_path / "records"),
-                           "--date", "2026-11-22", "--skip-import-check", str(tmp_path / "train_seed7.log")],
+                           "--date", "2026-11-22", "--skip-import-check", "--track", "track_non_record_16mb",
+                           str(tmp_path / "train_seed7.log")],
                           cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=600)
-    folder = tmp_path / "records" / "track_10min_16mb" / "2026-11-22_Packed"
+    folder = tmp_path / "records" / "track_non_record_16mb" / "2026-11-22_Packed"
     assert made.returncode == 0 and "passes" in made.stderr, made.stdout + made.stderr
     assert (folder / "train_gpt.py").read_bytes() == packed
     assert (folder / "train_gpt_readable.py").read_text(encoding="utf-8") == readable

@@ -26,6 +26,7 @@ from records.pack import pack_source, read_source, strip_source  # noqa: E402
 from records.parse import choose_headline, parse_log, parse_log_text  # noqa: E402
 
 SEEDS = (1337, 42)
+TRACK = "track_non_record_16mb"  # the tiny CPU runs are no record: the challenge's non-record track takes them
 SCRIPT = REPO / "train_gpt.py"
 STRIPPED = strip_source(read_source(SCRIPT))  # what the counted file runs and the logs hash
 PACKED = pack_source(STRIPPED)
@@ -179,8 +180,10 @@ def baseline_dir(tmp_path_factory):
 def make_record(out: Path, logs, *extra) -> Tuple[int, Path]:
     argv = ["make", "--name", "Tiny CPU smoke", "--author", "Test Author", "--github-id", "tester",
             "--script", str(SCRIPT), "--out", str(out), "--date", "2026-11-22", "--skip-import-check"]
-    rc = records_main(argv + list(extra) + [str(path) for path in logs])
-    return rc, out / "track_10min_16mb" / "2026-11-22_Tiny_CPU_smoke"
+    track = TRACK if "--track" not in extra else extra[list(extra).index("--track") + 1]
+    rc = records_main(argv + (["--track", TRACK] if "--track" not in extra else []) + list(extra)
+                      + [str(path) for path in logs])
+    return rc, out / track / "2026-11-22_Tiny_CPU_smoke"
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +199,7 @@ def test_a_baseline_of_other_data_is_refused_unless_allowed(complete_logs, basel
     between them compares data sets, not training."""
     rc, folder = make_record(tmp_path, complete_logs.values(), "--baseline", str(baseline_dir))
     out = capsys.readouterr().out
-    assert rc == 2 and not folder.exists() and not (tmp_path / "track_10min_16mb").exists()
+    assert rc == 2 and not folder.exists() and not (tmp_path / TRACK).exists()
     assert "--baseline: validation tokens" in out and "62021632 in the baseline's" in out, out
     same = tmp_path / "same_data"
     same.mkdir()
@@ -217,7 +220,7 @@ def test_a_baseline_of_other_data_is_refused_unless_allowed(complete_logs, basel
 
 @pytest.fixture
 def bad_folder(good_folder, tmp_path):
-    copy = tmp_path / good_folder.name
+    copy = tmp_path / TRACK / good_folder.name
     shutil.copytree(good_folder, copy)
     return copy
 
@@ -411,7 +414,7 @@ def test_make_builds_aside_and_moves_the_folder_into_place_only_when_complete(co
         patch.setattr(records.make, "draw_curves", crash)
         with pytest.raises(RuntimeError, match="simulated crash"):
             make_record(tmp_path / "out", complete_logs.values())
-    track = tmp_path / "out" / "track_10min_16mb"
+    track = tmp_path / "out" / TRACK
     assert list(track.iterdir()) == []  # neither the folder nor the build folder is left
     rc, folder = make_record(tmp_path / "out", complete_logs.values())
     assert rc == 0 and (folder / "curves.png").is_file()
@@ -609,7 +612,7 @@ def test_check_submission_val_bpb_is_not_the_headline(bad_folder):
 
 
 def test_check_folder_name(good_folder, tmp_path):
-    copy = tmp_path / "Tiny_CPU_smoke"
+    copy = tmp_path / TRACK / "Tiny_CPU_smoke"
     shutil.copytree(good_folder, copy)
     problems = problems_of(copy)
     assert problems == ["folder name 'Tiny_CPU_smoke' is not <YYYY-MM-DD>_<Name>"]
@@ -660,3 +663,145 @@ def test_every_shipped_record_folder_passes_check():
         result = subprocess.run([sys.executable, "-m", "records.make", "check", "--skip-import-check", str(folder)],
                                 cwd=REPO, env=run_env({}), capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the tracks' rules ----
+def as_8xh100(text: str) -> str:
+    """A log as an 8xH100 run writes it: nvidia-smi's 8 H100 rows and world size 8 (the rest of the run unchanged)."""
+    cut = text.index(SOURCE_END)
+    return text[:cut] + text[cut:].replace("nvidia-smi: not available\n", NVIDIA_SMI, 1).replace(
+        "world_size:1 grad_accum_steps:8", "world_size:8 grad_accum_steps:1", 1)
+
+
+def record_track_folder(complete_logs, baseline_dir, out: Path) -> Path:
+    """The two tiny runs as 8xH100 logs, made into the record track with a significance test against the baseline."""
+    logs = []
+    for seed, path in complete_logs.items():
+        logs.append(out / "in" / path.name)
+        logs[-1].parent.mkdir(parents=True, exist_ok=True)
+        logs[-1].write_text(as_8xh100(path.read_text(encoding="utf-8")), encoding="utf-8")
+    rc, folder = make_record(out, logs, "--track", "track_10min_16mb", "--baseline", str(baseline_dir),
+                             "--allow-baseline-mismatch")
+    assert rc == 0 and folder.is_dir()
+    return folder
+
+
+def test_a_cpu_run_is_refused_for_the_record_track_naming_each_rule(complete_logs, tmp_path, capsys):
+    """A CPU run (hardware "CPU (no GPU)") made into records/track_10min_16mb/ used to pass: the challenge asks for
+    10 minutes on 8xH100 and a p < 0.01 improvement of 0.005 nats."""
+    rc, folder = make_record(tmp_path / "out", complete_logs.values(), "--track", "track_10min_16mb")
+    out = capsys.readouterr().out
+    assert rc == 2 and not (tmp_path / "out").exists(), out
+    for seed in SEEDS:
+        assert "rec_seed%d.txt: breaks the track_10min_16mb rule 'train and evaluate on 8xH100': it ran on CPU (no " \
+               "GPU)" % seed in out
+    assert "breaks the track_10min_16mb rule 'beat the previous record by >= 0.005 nats at p < 0.01': no " \
+           "significance test against the previous record" in out
+
+
+def test_check_names_each_record_track_rule_a_log_breaks(complete_logs, baseline_dir, tmp_path):
+    folder = record_track_folder(complete_logs, baseline_dir, tmp_path)
+    problems, notes = check_folder(folder, run_import=False, python310=None)
+    assert problems == [] and not [note for note in notes if "track" in note], (problems, notes)
+    log = folder / "train_seed42.log"
+    text = log.read_text(encoding="utf-8")
+    step_avg = parse_log(log).step_avg_ms
+    over = re.sub(r"(?m)^(step:6/6 (?:train|val)_loss:\S+ (?:val_bpb:\S+ )?)train_time:\d+ms", r"\1train_time:718391ms",
+                  text)
+    over = re.sub(r"(?m)^eval_time:\d+ms \(", "eval_time:600001ms (", over)
+    log.write_text(over.replace("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), encoding="utf-8")
+    problems = problems_of(folder)
+    assert problems == [
+        "train_seed42.log: breaks the track_10min_16mb rule 'train and evaluate on 8xH100': it ran on 8×NVIDIA "
+        "A100-SXM4-80GB (world size 8)",
+        "train_seed42.log: breaks the track_10min_16mb rule 'training <= 600 s': train_time 718391 ms (the cap allows "
+        "one step past 600 s, %.0f ms here)" % parse_log(log).step_avg_ms,
+        "train_seed42.log: breaks the track_10min_16mb rule 'evaluation <= 600 s': its evaluation took 600001 ms"], \
+        problems
+    assert step_avg > 0
+    submission = json.loads((folder / "submission.json").read_text())
+    submission["baseline"]["p_value"] = 0.02
+    (folder / "submission.json").write_text(json.dumps(submission))
+    log.write_text(text, encoding="utf-8")
+    assert problems_of(folder) == ["breaks the track_10min_16mb rule 'beat the previous record by >= 0.005 nats at "
+                                   "p < 0.01': p = 0.02 against %s" % baseline_dir]
+
+
+def test_a_non_record_track_says_what_it_is_and_an_unknown_track_is_a_problem(good_folder, tmp_path):
+    problems, notes = check_folder(good_folder, run_import=False, python310=None)
+    assert problems == [] and notes[0].startswith("track_non_record_16mb is a non-record track: of the challenge's "
+                                                  "rules only the 16,000,000-byte limit applies (checked)"), notes
+    copy = tmp_path / "track_10min" / good_folder.name
+    shutil.copytree(good_folder, copy)
+    assert problems_of(copy) == ["track 'track_10min': not a track this check knows: track_10min_16mb (the record "
+                                 "track) or a non-record track, whose name says non_record"]
+
+
+# ---- a resumed run: one run in slices ----
+def sliced(text: str, at_step: int, checkpoint: str = "logs/rec/checkpoints/step_%d", resume_settings: dict = None
+           ) -> str:
+    """The log of the same run stopped after step `at_step` (CHECKPOINT_ON_SIGNAL=1 saves its checkpoint) and
+    resumed from it with RESUME=latest: the first launch's lines up to that step, `checkpoint:` and `stopped:` lines,
+    then the second launch appended as the trainer writes it (docs/checkpoint.md): the header again, a `resume:`
+    line, the steps after the checkpoint and the end of the run."""
+    folder = checkpoint % at_step
+    first_step = text.index("\nstep:1/") + 1
+    cut = text.index("\n", text.index("\nstep:%d/6 val_loss" % at_step) + 1) + 1
+    train_ms = re.search(r"step:%d/6 val_loss:\S+ val_bpb:\S+ train_time:(\d+)ms" % at_step, text).group(1)
+    header = text[:first_step].replace("\nconfig:resume=\n", "\nconfig:resume=latest\n")
+    for name, value in (resume_settings or {}).items():
+        header = re.sub(r"(?m)^config:%s=.*$" % name, "config:%s=%s" % (name, value), header)
+    return (text[:cut] + "checkpoint: step:%d/6 train_time:%sms path:%s\n" % (at_step, train_ms, folder)
+            + "stopped: SIGTERM at 2026-11-29T00:00:00 UTC, step:%d/6 train_time:%sms; checkpoint %s\n"
+            % (at_step, train_ms, folder) + header + "resume: step:%d/6 train_time:%sms from:%s\n"
+            % (at_step, train_ms, folder) + text[cut:])
+
+
+def test_a_resumed_run_is_one_run_in_slices_and_make_shows_them(complete_logs, tmp_path, capsys):
+    """`RESUME=latest` appends the next slice to the run's own log: that is one run (make refused it as 'holds 2
+    runs'); the README and submission.json show the slices."""
+    path = tmp_path / "rec_seed1337.txt"
+    path.write_text(sliced(complete_logs[1337].read_text(encoding="utf-8"), 3), encoding="utf-8")
+    run, whole = parse_log(path), parse_log(complete_logs[1337])
+    assert run.run_count == 1 and len(run.slices) == 2
+    assert (run.exact, run.steps, run.config) == (whole.exact, whole.steps, whole.config)
+    assert [step for step, _ in run.train_curve] == [1, 2, 3, 4, 5, 6]
+    rc, folder = make_record(tmp_path / "out", [path, complete_logs[42]])
+    assert rc == 0, capsys.readouterr()
+    readme = (folder / "README.md").read_text()
+    assert "## Slices" in readme and "`train_seed1337.log`, one run in 2 slices:" in readme
+    assert "slice 2: resumed from logs/rec/checkpoints/step_3: steps 3-6" in readme
+    seeds = {seed["seed"]: seed for seed in json.loads((folder / "submission.json").read_text())["seed_results"]}
+    seed = seeds[1337]
+    assert seeds[42]["slices"] == [] and len(seed["slices"]) == 2 and seed["slices"][0].startswith("slice 1: steps 0-3")
+
+
+def test_two_different_runs_in_one_log_are_still_refused(complete_logs, tmp_path, capsys):
+    text = complete_logs[1337].read_text(encoding="utf-8")
+    cases = {
+        "other_settings": (sliced(text, 3, resume_settings={"matrix_lr": "0.03"}),
+                           "rec_seed1337.txt: slice 2 trains with other settings than slice 1 (MATRIX_LR=0.03 (slice "
+                           "1: 0.025)): not one run"),
+        "unsaved_checkpoint": (sliced(text, 3).replace("checkpoint: step:3/6", "checkpoint: step:2/6"),
+                               "rec_seed1337.txt: slice 2 resumes from logs/rec/checkpoints/step_3 (step 3), a "
+                               "checkpoint no earlier slice of this log saved"),
+        "appended": (text + text, "rec_seed1337.txt: holds 2 runs")}
+    for name, (log, message) in cases.items():
+        path = tmp_path / name / "rec_seed1337.txt"
+        path.parent.mkdir()
+        path.write_text(log, encoding="utf-8")
+        rc, folder = make_record(tmp_path / name / "out", [path])
+        out = capsys.readouterr().out
+        assert rc == 2 and not folder.exists() and message in out, (name, out)
+
+
+def test_make_help_names_every_file_it_writes_and_one_seed_is_one_seed(good_folder, complete_logs, tmp_path):
+    shown = subprocess.run([sys.executable, "-m", "records.make", "--help"], cwd=REPO, env=run_env({}),
+                           capture_output=True, text=True, timeout=120)
+    written = sorted(path.name for path in good_folder.iterdir() if not path.name.startswith("train_seed"))
+    assert written and all(re.search(r"(?m)^  %s " % re.escape(name), shown.stdout) for name in written), (
+        written, shown.stdout)
+    assert re.search(r"(?m)^  train_seed<N>\.log ", shown.stdout)
+    rc, folder = make_record(tmp_path, [complete_logs[42]])
+    assert rc == 0
+    assert "; 1 seed on " in json.loads((folder / "submission.json").read_text())["blurb"]

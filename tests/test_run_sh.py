@@ -2,6 +2,7 @@
 the last line gives the trainer's reason, signals stop the whole job), test.sh and tools/py (one interpreter,
 set up by tools/python_env.sh, which installs only what is missing)."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tiny_data  # noqa: F401 (fixture)
+from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "tools"))
 import job_outcome  # noqa: E402
@@ -151,24 +152,60 @@ def test_cpu_preset_applies_with_data_paths_set_and_exported_settings_win(tmp_pa
     assert again.returncode == 2 and "already exists" not in again.stdout, again.stdout[-3000:]
 
 
-def test_recipe_0409_builds_its_8192_sample_and_gets_its_own_tiny_preset(tmp_path, run_id):
-    """RECIPE=2026-04-09 with no dataset named: run.sh builds the bundled sample with the recipe's 8192-token
-    vocabulary into the recipe's default paths, and the tiny preset is the recipe's scaled model (its settings on the
-    echoed command); NUM_HEADS=3 from the caller again stops the trainer at its config check."""
+def copy_repo_with_data_tools(tmp_path: Path) -> Path:
+    """copy_repo plus data/'s tools and the bundled sample (linked), so that run.sh can build the sample."""
     root = copy_repo(tmp_path)
     (root / "data" / "sample").mkdir(parents=True)
     for source in (REPO / "data").glob("*.py"):
         shutil.copy(source, root / "data" / source.name)
     (root / "data" / "sample" / "tiny.jsonl.xz").symlink_to(REPO / "data" / "sample" / "tiny.jsonl.xz")
-    out = run_sh(root, launcher_env(run_id, {"RECIPE": "2026-04-09", "NUM_HEADS": "3"}))
+    return root
+
+
+# A recipe's bundled sample: its build (the recipe's vocabulary; CaseOps for 2026-04-27, SPEC_0427 §2) and where the
+# build puts it, the recipe's default DATA_PATH and TOKENIZER_PATH.
+SAMPLES = {
+    "2026-03-23": (["--vocab-size", "1024"], "fineweb10B_sp1024", "fineweb_1024_bpe.model"),
+    "2026-04-09": (["--vocab-size", "8192"], "fineweb10B_sp8192", "fineweb_8192_bpe.model"),
+    "2026-04-27": (["--caseops", "--vocab-size", "8192"], "fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
+                   "fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model")}
+
+
+@pytest.mark.parametrize("recipe, scaled", [
+    ("2026-04-09", "LOOP_START=2 LOOP_END=3 PARALLEL_RESIDUAL_START=4"),
+    ("2026-04-27", "LOOP_START=2 LOOP_END=3 PARALLEL_START_LAYER=4")])
+def test_a_later_recipe_builds_its_own_sample_and_gets_its_own_tiny_preset(tmp_path, run_id, recipe, scaled):
+    """With no dataset named, run.sh builds the recipe's bundled sample (2026-04-09: 8192 tokens; 2026-04-27: CaseOps
+    text, 8192 tokens) into the recipe's default paths, and the tiny preset is the recipe's scaled model (its loops and
+    its parallel residuals or two lanes on the echoed command); NUM_HEADS=3 from the caller stops the trainer at its
+    config check. RECIPE=2026-04-27 used to be refused over the 2026-03-23 preset's WARMDOWN_ITERS and NUM_LAYERS."""
+    root = copy_repo_with_data_tools(tmp_path)
+    build, dataset, tokenizer = SAMPLES[recipe]
+    out = run_sh(root, launcher_env(run_id, {"RECIPE": recipe, "NUM_HEADS": "3"}))
     lines = out.stdout.splitlines()
-    assert any(line.endswith("data/build_shards.py --vocab-size 8192   # no dataset configured: building the "
-                             "bundled sample") for line in lines), out.stdout[-3000:]
-    assert (root / "data" / "tokenizers" / "fineweb_8192_bpe.model").is_file()
-    assert list((root / "data" / "datasets" / "fineweb10B_sp8192").glob("fineweb_train_*.bin"))
+    assert any(line.endswith("data/build_shards.py %s   # no dataset configured: building the bundled sample"
+                             % " ".join(build)) for line in lines), out.stdout[-3000:]
+    assert (root / "data" / "tokenizers" / tokenizer).is_file()
+    assert list((root / "data" / "datasets" / dataset).glob("fineweb_train_*.bin"))
     command = next(line for line in lines if line.startswith("+ RUN_ID="))
-    assert "LOOP_START=2 LOOP_END=3 PARALLEL_RESIDUAL_START=4" in command and "GPTQ_CALIBRATION_BATCHES=8" in command
-    assert out.returncode == 2 and "MODEL_DIM=128 must be divisible by NUM_HEADS=3" in last_line(out.stdout)
+    assert scaled in command and "GPTQ_CALIBRATION_BATCHES=8" in command and "WARMDOWN_ITERS" not in command
+    assert out.returncode == 2 and "MODEL_DIM=" in last_line(out.stdout), out.stdout[-3000:]
+    assert "must be divisible by NUM_HEADS=3" in last_line(out.stdout)
+
+
+def test_help_names_every_recipe_and_an_unknown_recipe_is_refused(tmp_path, run_id, tgpt):
+    """./run.sh --help listed 2026-03-23 and 2026-04-09 only; each recipe of the trainer's table has its own tiny
+    preset and sample in run.sh."""
+    root = copy_repo(tmp_path)
+    shown = run_sh(root, launcher_env(run_id, {}), "--help", timeout=30).stdout
+    run_sh_text = (REPO / "run.sh").read_text()
+    for recipe in tgpt.RECIPES:
+        assert re.search(r"(?m)^  %s  " % recipe, shown), (recipe, shown)
+        assert "  %s:tiny)" % recipe in run_sh_text and recipe in SAMPLES
+    out = run_sh(root, launcher_env(run_id, {"RECIPE": "2026-05-01"}), timeout=30)
+    assert out.returncode == 2 and last_line(out.stdout) == (
+        "run.sh: RECIPE=2026-05-01: expected 2026-03-23, 2026-04-09 or 2026-04-27 (./run.sh --help)")
+    assert not (root / "logs").exists()
 
 
 def test_asking_for_the_record_preset_on_a_cpu_warns_and_adds_nothing(tmp_path, tiny_data, run_id):
