@@ -91,7 +91,7 @@ def describe_dataset(data_path: Path, tokenizer_path: Path) -> dict:
             if split == "val" and is_caseops:
                 bytes_val += _checked_sidecar(path, tokens, bos_id, tokenizer_path, entries)
         stats.update({f"docs_{split}": docs, f"files_{split}": len(paths), f"tokens_{split}": tokens_total})
-    stats.update({key: stats[f"{key}_val"] + stats[f"{key}_train"] for key in ("docs", "files", "tokens")})
+    stats.update({f"{key}_total": stats[f"{key}_val"] + stats[f"{key}_train"] for key in ("docs", "files", "tokens")})
     data_root = data_path.resolve().parent.parent  # paths relative to the data root, as build_shards.py writes them
     dataset = {"name": data_path.resolve().name, "tokenizer_name": tokenizer_path.stem, "stats": stats,
                "bos_id": bos_id, "shards": entries, "created_from": "existing shards (data/write_manifest.py)"}

@@ -2,6 +2,7 @@
 targets, which are the original text's UTF-8 bytes, and a sidecar that does not fit its shards, manifest or
 tokenizer stops the run at start-up with an error naming both files."""
 import glob
+import hashlib
 import json
 import math
 import os
@@ -173,3 +174,59 @@ def test_the_run_stops_before_training(datasets, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "step:" not in out.stdout
     assert "is a CaseOps byte sidecar, but TOKENIZER_PATH=" in (out.stdout + out.stderr).splitlines()[-1]
+
+
+# ---- shards made elsewhere: the manifest written for an existing folder ----
+
+def write_manifest(env: dict, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "data" / "write_manifest.py"), env["DATA_PATH"], "--tokenizer",
+                           env["TOKENIZER_PATH"], *extra], capture_output=True, text=True, timeout=300, env=run_env({}))
+
+
+def test_shards_without_a_manifest_name_the_command_that_writes_one_and_it_makes_them_usable(tgpt, copy_of,
+                                                                                             datasets):
+    """The 2026-04-27 record's prepare_caseops_data.py writes shards and sidecars but no manifest.json: the trainer's
+    error named no remedy. The command it names writes the manifest (tokenizer sha256, text transform, sidecar
+    total) from the shards themselves."""
+    env = copy_of("caseops")
+    manifest_path = Path(env["DATA_PATH"]) / "manifest.json"
+    built = json.loads(manifest_path.read_text())
+    manifest_path.unlink()
+    command = "tools/py data/write_manifest.py %s --tokenizer %s" % (env["DATA_PATH"], env["TOKENIZER_PATH"])
+    with pytest.raises(tgpt.DataError, match=re.escape("for shards made elsewhere, %s writes it" % command)):
+        load_with(tgpt, env, env)
+    out = write_manifest(env)
+    assert out.returncode == 0 and out.stdout.startswith("wrote %s" % manifest_path), out.stderr
+    written = json.loads(manifest_path.read_text())
+    for key in ("text_transform", "stats"):
+        assert written["datasets"][0][key] == built["datasets"][0][key], key  # what the build itself wrote
+    assert written["datasets"][0]["stats"]["bytes_val"] == datasets["val_utf8_bytes"]
+    with open(env["TOKENIZER_PATH"], "rb") as handle:
+        assert written["tokenizers"][0]["sha256"] == hashlib.sha256(handle.read()).hexdigest()
+    assert load_with(tgpt, env, env).target_bytes.sum() > 0  # usable: the trainer's checks pass
+    again = write_manifest(env)
+    assert again.returncode == 1 and again.stderr == "write_manifest: error: %s already exists (pass --overwrite to " \
+                                                     "replace it)\n" % manifest_path
+
+
+def test_write_manifest_refuses_shards_its_tokenizer_did_not_make(copy_of, datasets):
+    plain = datasets["plain"]
+    cases = []
+    env = copy_of("caseops")
+    os.remove(Path(env["DATA_PATH"]) / "manifest.json")
+    cases.append((dict(env, TOKENIZER_PATH=plain["TOKENIZER_PATH"]),
+                  "%s is a CaseOps byte sidecar, but %s is not a CaseOps tokenizer" % (sidecar(env, 0),
+                                                                                      plain["TOKENIZER_PATH"])))
+    counts = np.fromfile(sidecar(env), dtype="<u2", offset=1024)
+    write_shard(sidecar(env), np.roll(counts, 1))  # another shard's sidecar: bytes where this one has BOS
+    cases.append((env, "%s counts bytes at BOS positions of %s" % (sidecar(env), env["DATA_PATH"] +
+                                                                   "/fineweb_val_000001.bin")))
+    other = copy_of("plain")
+    os.remove(Path(other["DATA_PATH"]) / "manifest.json")
+    cases.append((dict(other, TOKENIZER_PATH=env["TOKENIZER_PATH"]),
+                  "needs: its bpb divides by the original text's bytes"))
+    for case_env, message in cases:
+        out = write_manifest(case_env)
+        assert out.returncode == 1 and out.stderr.startswith("write_manifest: error: ") and message in out.stderr, (
+            message, out.stderr)
+        assert not (Path(case_env["DATA_PATH"]) / "manifest.json").exists()

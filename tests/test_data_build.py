@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from test_data_fixtures import data_sample_docs, data_slice_jsonl, data_tokenizer  # noqa: F401  (fixtures)
+from test_data_fixtures import (data_sample_docs, data_slice_jsonl, data_tokenizer,  # noqa: F401  (fixtures)
+                                data_tokenizer_8192)
 from data.build_shards import BuildConfig, BuildError, build_shards
 from data.corpus import CorpusError
 from data.shards import list_shards, read_shard
@@ -286,6 +287,19 @@ def test_cli_builds_from_any_directory_and_prints_a_summary(tmp_path, data_slice
     assert "10 docs" in result.stdout and f"DATA_PATH={out_dir}" in result.stdout
     expected = expected_stream(data_tokenizer, json_texts(data_slice_jsonl)[:10])
     np.testing.assert_array_equal(split_tokens(out_dir, "val"), expected)
+
+
+def test_cli_takes_the_vocab_size_of_a_given_tokenizer(tmp_path, data_slice_jsonl, data_tokenizer_8192):
+    """`--tokenizer RECORD.model` alone failed: "tokenizer vocab size 8192 differs from --vocab-size" (the default
+    1024); a tokenizer says its own size. A --vocab-size that differs from it is still an error."""
+    result = run_cli(data_slice_jsonl, "--tokenizer", data_tokenizer_8192, "--out-dir", tmp_path / "out",
+                     "--val-docs", 10, "--no-progress", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "vocab 8192;" in result.stdout and "VOCAB_SIZE=8192" in result.stdout
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizers"][0]["vocab_size"] == 8192
+    mismatch = run_cli(data_slice_jsonl, "--tokenizer", data_tokenizer_8192, "--vocab-size", 1024, "--out-dir",
+                       tmp_path / "other", cwd=tmp_path)
+    assert mismatch.returncode == 1 and "differs from --vocab-size 1024" in mismatch.stderr
 
 
 def json_texts(path):

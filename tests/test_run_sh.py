@@ -219,7 +219,9 @@ def test_asking_for_the_record_preset_on_a_cpu_warns_and_adds_nothing(tmp_path, 
 
 
 # ---- item 5: the reason is run.sh's last line ----
-def test_last_line_gives_the_data_error(tmp_path, tiny_data, run_id):
+def test_last_line_gives_the_data_error_right_after_the_trainers_error_line(tmp_path, tiny_data, run_id):
+    """On the terminal nothing comes between the trainer's one-line error and run.sh's last line (torchrun's
+    ChildFailedError traceback and its E/W log lines did); the console log keeps them."""
     root = copy_repo(tmp_path)
     missing = str(tmp_path / "no_such_tokenizer.model")
     env = launcher_env(run_id, dict(TINY_MODEL_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"], TOKENIZER_PATH=missing))
@@ -227,8 +229,30 @@ def test_last_line_gives_the_data_error(tmp_path, tiny_data, run_id):
     last = last_line(out.stdout)
     assert out.returncode != 0 and last.startswith("run.sh: FAILED (exit %d): " % out.returncode), out.stdout[-3000:]
     assert missing in last, out.stdout[-3000:]
+    lines = out.stdout.rstrip("\n").splitlines()
+    error = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    assert lines[error + 1:] == [last] and not [line for line in lines if re.match(r"[EW]\d{4} ", line)], lines
     console = (root / "logs" / ("%s.console.txt" % run_id)).read_text()
     assert last_line(console) == last  # the console log ends the same way
+    assert "ChildFailedError" in console and re.search(r"(?m)^E\d{4} ", console)  # torchrun's report, kept there
+
+
+def test_console_filter_drops_torchruns_report_and_keeps_a_ranks_traceback():
+    """The terminal's view of a job's output: torchrun's log lines and its own traceback with the failure report
+    after it go; a rank's traceback (a bug's report) stays."""
+    stream = "\n".join([
+        "W1129 04:29:56.123000 5598 site-packages/torch/distributed/run.py:792] Setting OMP_NUM_THREADS", "step:1/9",
+        "Traceback (most recent call last):", '  File "/repo/train_gpt.py", line 3799, in <module>',
+        "ZeroDivisionError",
+        "E1129 04:29:57.000000 5598 site-packages/torch/distributed/elastic/multiprocessing/api.py:882] failed",
+        "Traceback (most recent call last):", '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "Root Cause (first observed failure):",
+        "  exitcode  : 1 (pid: 6)"]) + "\n"
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "console_filter.py")], input=stream,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines() == [
+        "step:1/9", "Traceback (most recent call last):", '  File "/repo/train_gpt.py", line 3799, in <module>',
+        "ZeroDivisionError"], out.stdout
 
 
 def test_last_line_names_the_signal_that_killed_a_rank(tmp_path, tiny_data, run_id):
