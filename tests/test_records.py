@@ -802,6 +802,8 @@ def test_make_help_names_every_file_it_writes_and_one_seed_is_one_seed(good_fold
     assert written and all(re.search(r"(?m)^  %s " % re.escape(name), shown.stdout) for name in written), (
         written, shown.stdout)
     assert re.search(r"(?m)^  train_seed<N>\.log ", shown.stdout)
+    docs = (REPO / "docs" / "records.md").read_text(encoding="utf-8")
+    assert all("`%s`" % name in docs for name in written), written  # the docs said: no second copy of the source
     rc, folder = make_record(tmp_path, [complete_logs[42]])
     assert rc == 0
     assert "; 1 seed on " in json.loads((folder / "submission.json").read_text())["blurb"]
