@@ -1,18 +1,18 @@
 """The rules a record folder must pass before it is submitted; every function returns one line per problem.
 
-A folder `records/<track>/<YYYY-MM-DD>_<Name>/` passes when: README.md, submission.json, train_gpt.py and at
-least one log are present; every log is named train_seed<N>.log after the seed it ran and holds one run (a run
-resumed from its checkpoints is one run in slices: each later slice resumes from a checkpoint an earlier one saved,
-with the same code and the same training settings); every
-log carries the code_sha256 of the source train_gpt.py runs (a packed train_gpt.py, records/pack.py, is decoded
-first: its wrapper must be exactly the packer's and its payload must decode to the sha256 it states), our file
-logs its exact source too, and every log's `Code size` is train_gpt.py's size, the counted bytes; configs agree
-across seeds in everything but SEED and RUN_ID; every log has the headline line and a total size <= 16,000,000
-bytes; train_gpt.py and the source it runs parse with the Python 3.10 grammar (and compile under a real
-python3.10 when one exists) and train_gpt.py imports without side effects; submission.json states the headline
-mean, the largest seed's bytes and the seeds. Its track (the folder's parent) adds the rules of TRACKS that the logs
-can show: on the record track, training <= 600 s and evaluation <= 600 s on 8xH100, and a p < 0.01 improvement of
->= 0.005 nats over the previous record (at least 2 seeds); a non-record track only the byte limit.
+A folder `records/<track>/<YYYY-MM-DD>_<Name>/` passes when: README.md, submission.json, train_gpt.py and at least
+one log are present; every log is named train_seed<N>.log after the seed it ran and holds one run (a run resumed
+from its checkpoints is one run in slices: each later slice resumes from a checkpoint an earlier one saved, with the
+same code and the same training settings); every log carries the code_sha256 of the source train_gpt.py runs (a
+packed train_gpt.py, records/pack.py, is decoded first: its wrapper must be exactly the packer's and its payload
+must decode to the sha256 it states), our file logs its exact source too, and every log's `Code size` is
+train_gpt.py's size, the counted bytes; configs agree across seeds in everything but SEED and RUN_ID; every log has
+the headline line and a total size <= 16,000,000 bytes; train_gpt.py and the source it runs parse with the Python
+3.10 grammar (and compile under a real python3.10 when one exists) and train_gpt.py imports without side effects;
+submission.json states the headline mean, the largest seed's bytes and the seeds. Its track (the folder's parent)
+adds the challenge's rules for it that the logs can show: on the record track, training <= 600 s and evaluation <=
+600 s on 8xH100, and a p < 0.01 improvement of >= 0.005 nats over the previous record (at least 2 seeds); a
+non-record track only the byte limit.
 
 What the checker itself lacks (brotli to decode a packed file, a module the submission imports) is raised as
 MissingDependency, never reported as a problem of the submission.

@@ -242,6 +242,7 @@ def test_console_filter_drops_torchruns_report_and_keeps_a_ranks_traceback():
     after it go; a rank's traceback (a bug's report) stays."""
     stream = "\n".join([
         "W1129 04:29:56.123000 5598 site-packages/torch/distributed/run.py:792] Setting OMP_NUM_THREADS", "step:1/9",
+        "error: invalid configuration: NUM_HEADS=3", "error: invalid configuration: NUM_HEADS=3",  # rank 0, rank 1
         "Traceback (most recent call last):", '  File "/repo/train_gpt.py", line 3799, in <module>',
         "ZeroDivisionError",
         "E1129 04:29:57.000000 5598 site-packages/torch/distributed/elastic/multiprocessing/api.py:882] failed",
@@ -251,7 +252,7 @@ def test_console_filter_drops_torchruns_report_and_keeps_a_ranks_traceback():
     out = subprocess.run([sys.executable, str(REPO / "tools" / "console_filter.py")], input=stream,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.splitlines() == [
-        "step:1/9", "Traceback (most recent call last):", '  File "/repo/train_gpt.py", line 3799, in <module>',
+        "step:1/9", "error: invalid configuration: NUM_HEADS=3", "Traceback (most recent call last):", '  File "/repo/train_gpt.py", line 3799, in <module>',
         "ZeroDivisionError"], out.stdout
 
 

@@ -8,7 +8,8 @@ says again: torchrun's log lines (`W1129 04:29:56.123000 5598 .../run.py:792] ..
 has ended, its own traceback (ChildFailedError, SignalException) with the failure report after it. torchrun's
 traceback is told from a rank's by its first frame: torchrun runs as `python -m torch.distributed.run`, so its
 traceback starts in runpy or in torch.distributed; a rank's starts in train_gpt.py and is shown (a bug's report).
-Lines pass through one at a time, as they come.
+An `error:` line the same as one shown already (every rank names a configuration error) is not repeated. Lines pass
+through one at a time, as they come.
 """
 import re
 import sys
@@ -20,6 +21,7 @@ TORCHRUN_FRAME = re.compile(rb'^  File "(<frozen runpy>|[^"]*[/\\]runpy\.py|[^"]
 
 def show(stdin, stdout) -> None:
     held = None  # a Traceback line, shown or dropped with the traceback its next line starts
+    errors = set()
     for line in iter(stdin.readline, b""):
         if held is not None:
             if TORCHRUN_FRAME.match(line):  # torchrun's report: everything from here on is the console log's only
@@ -31,6 +33,10 @@ def show(stdin, stdout) -> None:
             continue
         if TORCH_LOG_LINE.match(line):
             continue
+        if line.startswith(b"error: "):
+            if line in errors:
+                continue
+            errors.add(line)
         stdout.write(line)
         stdout.flush()
     if held is not None:
