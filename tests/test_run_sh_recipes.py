@@ -48,9 +48,10 @@ def test_the_2026_04_09_tiny_preset_runs_end_to_end(tmp_path, run_id):
 
 
 def test_the_2026_04_27_tiny_preset_runs_end_to_end(tmp_path, run_id, tgpt):
-    """The issue's list: the documents loader with its CPU attention path, the gates, two lanes, LQER, the pergroup
-    compressor and the phased LoRA TTT, on CaseOps data built from the bundled sample (data/build_shards.py
-    --caseops); 24 val documents make two TTT batches of the preset, enough for its global SGD phases."""
+    """What the recipe is made of: the documents loader with its CPU attention path, the gates, two lanes, LQER,
+    the pergroup compressor and the phased LoRA TTT, on CaseOps data built from the bundled sample
+    (data/build_shards.py --caseops); 24 val documents make two TTT batches of the preset, enough for its global
+    SGD phases."""
     root, log, config = run_tiny(tmp_path, run_id, "2026-04-27", val_docs=24)
     assert re.search(r"(?m)^train_data loader:documents ", log)
     assert re.search(r"(?m)^doc_attention_backend:sdpa ", log)  # a CPU has no varlen kernel: a masked SDPA
