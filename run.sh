@@ -33,8 +33,8 @@ RECIPE   the trainer's table of defaults; the presets below are scaled from it, 
 PRESET   which settings run.sh adds (anything you export wins over the preset):
   auto     (default) tiny without a usable NVIDIA GPU; with GPUs: short on the bundled sample, record when
            DATA_PATH or TOKENIZER_PATH names a dataset
-  tiny     the recipe's features on a small model, 150 steps, minutes on 2 CPU cores: 2026-03-23 ~1M parameters,
-           2026-04-09 ~2M and 2026-04-27 ~0.8M (of which the 8192-token embedding is 1M and 0.5M)
+  tiny     the recipe's features on its model scaled down (4-6 blocks of width 64-128), 150 steps: minutes on 2
+           CPU cores
   short    the record model for 120 s of training, shorter EMA horizon
   record   nothing added: train_gpt.py's defaults are the record (600 s on 8 GPUs); on a CPU it needs more
            memory than a 24 GB machine has
@@ -144,7 +144,7 @@ case $recipe:$preset in
                      PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
                      TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
-  2026-04-27:tiny)  # ~0.8M parameters (0.5M the 8192-token embedding): 2026-04-09's tiny blocks at width 64, two
+  2026-04-27:tiny)  # 2026-04-09's tiny blocks at width 64 (its 8192-token embedding is most of the model), two
     # lanes from block 4, both gates. Packed rows of 512 tokens: a CPU's document attention is SDPA with a dense
     # (row x row) mask. The phased LoRA TTT scaled to the sample's 200 val documents: rank 8, batches of 16, three
     # global SGD phases over the first 2, 4 and 8 documents scored (the record: up to 5%). As the recipe, no

@@ -208,6 +208,20 @@ def test_help_names_every_recipe_and_an_unknown_recipe_is_refused(tmp_path, run_
     assert not (root / "logs").exists()
 
 
+def test_a_resume_without_its_checkpoint_is_refused_before_anything_starts(tmp_path, run_id):
+    root = copy_repo(tmp_path)
+    env = launcher_env(run_id, {"RESUME": "latest"})
+    out = run_sh(root, env, timeout=60)
+    assert out.returncode == 2 and last_line(out.stdout) == (
+        "run.sh: RESUME=latest: no checkpoint in logs/%s/checkpoints (CHECKPOINT_EVERY or CHECKPOINT_ON_SIGNAL=1 "
+        "writes them)" % run_id), out.stdout
+    del env["RUN_ID"]
+    out = run_sh(root, env, timeout=60)
+    assert out.returncode == 2 and last_line(out.stdout) == (
+        "run.sh: RESUME=latest continues the run named by RUN_ID: set RUN_ID"), out.stdout
+    assert not (root / "logs").exists()
+
+
 def test_asking_for_the_record_preset_on_a_cpu_warns_and_adds_nothing(tmp_path, tiny_data, run_id):
     root = copy_repo(tmp_path)
     env = launcher_env(run_id, dict(PRESET="record", NUM_HEADS="3", DATA_PATH=tiny_data["env"]["DATA_PATH"],
