@@ -138,17 +138,17 @@ case $recipe:$preset in
                      BIGRAM_VOCAB_SIZE=512 BIGRAM_DIM=32 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
                      VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95) ;;
-  2026-04-09:tiny)  # ~2M parameters, half of them the 8192-token embedding; blocks 2-3 looped, parallel
-    # residuals from 4
-    preset_settings=(NUM_LAYERS=6 MODEL_DIM=128 NUM_HEADS=4 NUM_KV_HEADS=2 XSA_LAST_N=6 LOOP_START=2 LOOP_END=3
-                     PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=16384
+  2026-04-09:tiny)  # 6 blocks of width 64 (the 8192-token embedding is most of the model), blocks 2-3 looped,
+    # parallel residuals from block 4; 8192 tokens a step
+    preset_settings=(NUM_LAYERS=6 MODEL_DIM=64 NUM_HEADS=4 NUM_KV_HEADS=2 ROPE_DIMS=8 XSA_LAST_N=6 LOOP_START=2
+                     LOOP_END=3 PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=8192
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
                      TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
-  2026-04-27:tiny)  # 2026-04-09's tiny blocks at width 64 (its 8192-token embedding is most of the model), two
-    # lanes from block 4, both gates. Packed rows of 512 tokens in training and in the evals that pack documents
-    # (VAL_BATCH_SIZE, EVAL_BATCH_SEQS): a CPU's document attention is SDPA with a dense (row x row) mask. The phased
-    # LoRA TTT scaled to the sample's 200 val documents: rank 8, batches of 16, three global SGD phases over the first
-    # 2, 4 and 8 documents scored (the record: up to 5%). As the recipe, no validation before the end.
+  2026-04-27:tiny)  # 2026-04-09's tiny blocks, two lanes from block 4 instead of parallel residuals, both gates.
+    # Packed rows of 512 tokens in training and in the evals that pack documents (VAL_BATCH_SIZE, EVAL_BATCH_SEQS): a
+    # CPU's document attention is SDPA with a dense (row x row) mask. The phased LoRA TTT scaled to the sample's 200 val
+    # documents: rank 8, batches of 16, three global SGD phases over the first 2, 4 and 8 documents scored (the record:
+    # up to 5%). As the recipe, no validation before the end.
     preset_settings=(NUM_LAYERS=6 MODEL_DIM=64 NUM_HEADS=4 NUM_KV_HEADS=2 ROPE_DIMS=8 XSA_LAST_N=6 LOOP_START=2
                      LOOP_END=3 PARALLEL_START_LAYER=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=4096
                      VAL_BATCH_SIZE=4096 EVAL_BATCH_SEQS=2 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
