@@ -139,9 +139,9 @@ case $recipe:$preset in
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMDOWN_ITERS=50 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0
                      VAL_LOSS_EVERY=75 TRAIN_LOG_EVERY=15 EMA_DECAY=0.95) ;;
   2026-04-09:tiny)  # 6 blocks of width 64 (the 8192-token embedding is most of the model), blocks 2-3 looped,
-    # parallel residuals from block 4; 8192 tokens a step
+    # parallel residuals from block 4; 4096 tokens a step
     preset_settings=(NUM_LAYERS=6 MODEL_DIM=64 NUM_HEADS=4 NUM_KV_HEADS=2 ROPE_DIMS=8 XSA_LAST_N=6 LOOP_START=2
-                     LOOP_END=3 PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=8192
+                     LOOP_END=3 PARALLEL_RESIDUAL_START=4 TRAIN_SEQ_LEN=256 EVAL_SEQ_LEN=256 TRAIN_BATCH_TOKENS=4096
                      VAL_BATCH_SIZE=16384 ITERATIONS=150 WARMUP_STEPS=2 MAX_WALLCLOCK_SECONDS=0 VAL_LOSS_EVERY=75
                      TRAIN_LOG_EVERY=15 EMA_DECAY=0.95 GPTQ_CALIBRATION_BATCHES=8) ;;
   2026-04-27:tiny)  # 2026-04-09's tiny blocks, two lanes from block 4 instead of parallel residuals, both gates.
