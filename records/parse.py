@@ -130,17 +130,23 @@ class SeedRun:
     def source_sha256(self) -> Optional[str]:
         return None if self.source is None else hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
+    def switched_off(self, name: str) -> bool:
+        """The config says the setting `name` (a bool) was off; False when the log does not say."""
+        return self.config.get(name, "").strip().lower() in ("false", "0")
+
     def absent(self) -> List[str]:
-        """Human names of the results this log lacks (TTT only when it was not switched off)."""
+        """Human names of the results this log lacks (an eval only when it was not switched off: TTT_ENABLED,
+        ROUNDTRIP_EVAL, SLIDING_EVAL)."""
         missing = []
         checks = [
             ("code_sha256 line", self.code_sha256), ("config: lines", self.config or None),
             ("training steps (step: lines)", self.steps), ("artifact bytes (Total submission size ...)",
-                                                           self.bytes_total),
-            ("final round-trip score (final_int6_roundtrip_exact)", self.score(ROUNDTRIP_KEYS)),
-            ("pre-TTT sliding score (final_int6_sliding_window_exact)", self.score(PRE_TTT_KEYS)),
-        ]
-        if self.ttt_enabled is not False:
+                                                           self.bytes_total)]
+        if not self.switched_off("roundtrip_eval"):
+            checks.append(("final round-trip score (final_int6_roundtrip_exact)", self.score(ROUNDTRIP_KEYS)))
+        if not self.switched_off("sliding_eval"):
+            checks.append(("pre-TTT sliding score (final_int6_sliding_window_exact)", self.score(PRE_TTT_KEYS)))
+        if not self.switched_off("ttt_enabled"):
             checks.append(("post-TTT score (legal_ttt_exact)", self.score(TTT_KEY)))
         for label, value in checks:
             if value is None:

@@ -282,6 +282,18 @@ def test_parse_command_prints_per_seed_json(tmp_path, capsys):
     assert seed["absent"] == ["code_sha256 line"]  # TTT was off, so its score is not missing
 
 
+def test_an_eval_switched_off_is_not_an_absent_result():
+    """2026-04-27 runs no round trip and no sliding window (ROUNDTRIP_EVAL=0, SLIDING_EVAL=0): their scores are not
+    missing from its logs; they are from a log that had them on."""
+    tail = "step:6/6 train_loss:1.0 train_time:6ms step_avg:1.00ms\nTotal submission size int6+pergroup: 9 bytes\n" \
+           "legal_ttt_exact val_loss:1.00000000 val_bpb:0.50000000\n"
+    off = parse_log_text("code_sha256:%s\nconfig:roundtrip_eval=False\nconfig:sliding_eval=False\n%s" % ("0" * 64, tail))
+    assert off.absent() == []
+    on = parse_log_text("code_sha256:%s\nconfig:roundtrip_eval=True\n%s" % ("0" * 64, tail))
+    assert on.absent() == ["final round-trip score (final_int6_roundtrip_exact)",
+                           "pre-TTT sliding score (final_int6_sliding_window_exact)"]
+
+
 def test_baseline_log_headline_is_its_int8_line_and_bytes_are_the_compressed_total():
     run = parse_log_text("seed:1337\n" + BASELINE_TAIL)
     assert run.bytes_total == 15863489 and run.bytes_model == 15815847 and run.artifact_format == "int8+zlib"
