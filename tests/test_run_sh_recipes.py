@@ -38,12 +38,13 @@ def run_tiny(tmp_path: Path, run_id: str, recipe: str, val_docs: int):
 
 
 def test_the_2026_04_09_tiny_preset_runs_end_to_end(tmp_path, run_id):
-    """SPEC_0409: depth recurrence switched on during training, parallel residuals, GPTQ, the rANS artifact and the
-    score-first TTT."""
+    """SPEC_0409: depth recurrence switched on during training, parallel residuals, GPTQ, the artifact in the
+    recipe's container and the score-first TTT."""
     _, log, config = run_tiny(tmp_path, run_id, "2026-04-09", val_docs=8)
     assert int(config["num_loops"]) > 0 and re.search(r"(?m)^layer_loop:enabled step:\d+ ", log)
     assert 0 <= int(config["parallel_residual_start"]) < int(config["num_layers"])
-    assert re.search(r"(?m)^GPTQ:collected \d+ Hessians", log) and "Serialized model int6+ans:" in log
+    assert config["quantizer"] == "gptq" and re.search(r"(?m)^GPTQ:collected \d+ Hessians", log)
+    assert "Serialized model int6+%s:" % config["compressor"] in log
     assert re.search(r"(?m)^legal_ttt_exact val_loss:\S+ val_bpb:\S+$", log)
 
 
