@@ -41,7 +41,7 @@ PLOT_NAME = "curves.png"
 # What the packed train_gpt.py needs beyond the challenge's image (torch, numpy, sentencepiece).
 FOLDER_REQUIREMENTS = "# the packed train_gpt.py decodes its source with brotli\nbrotli\n"
 # what an artifact of the seeds' COMPRESSOR (their config:compressor= line) needs to be read
-COMPRESSOR_REQUIREMENTS = {"ans": "# COMPRESSOR=ans artifacts are rANS-coded\nconstriction>=0.5\n"}
+COMPRESSOR_REQUIREMENTS = {"pergroup": "# COMPRESSOR=pergroup artifacts are rANS-coded\nconstriction>=0.5\n"}
 # Every file make writes besides the logs (train_seed<N>.log), with what it is: --help lists them from here.
 GENERATED_FILES = {
     "train_gpt.py": "the counted code: --script packed by records/pack.py",

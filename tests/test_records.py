@@ -344,12 +344,12 @@ def test_welch_p_value_matches_hand_computation():
 
 
 # ---- make ----
-def test_make_names_constriction_when_the_seeds_wrote_ans_artifacts(complete_logs, tmp_path):
+def test_make_names_constriction_when_the_seeds_wrote_pergroup_artifacts(complete_logs, tmp_path):
     logs = []
     for path in complete_logs.values():
         logs.append(tmp_path / path.name)
         shutil.copyfile(path, logs[-1])
-        edit_after_source(logs[-1], lambda text: text.replace("config:compressor=brotli", "config:compressor=ans"))
+        edit_after_source(logs[-1], lambda text: text.replace("config:compressor=brotli", "config:compressor=pergroup"))
     rc, folder = make_record(tmp_path / "out", logs)
     assert rc == 0 and "\nconstriction>=0.5\n" in (folder / "requirements.txt").read_text()
 
