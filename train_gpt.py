@@ -8,8 +8,8 @@ import zlib
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-if __name__ == "__main__":  # run, not imported: idle OpenMP threads sleep instead of spinning at every barrier, which
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # on a busy CPU took the cores the other threads needed
+if __name__ == "__main__" and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # run, not imported: an
+    os.environ.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="1000")  # idle OpenMP thread spins briefly, then sleeps
 try:
     import numpy as np
     import torch
@@ -3696,8 +3696,8 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
                h.head_lr if not h.tie_embeddings else 0.0, h.matrix_lr, h.scalar_lr),
             "train_batch_tokens:%d train_seq_len:%d iterations:%d warmup_steps:%d max_wallclock_seconds:%.3f"
             % (h.train_batch_tokens, h.train_seq_len, h.iterations, h.warmup_steps, h.max_wallclock_seconds),
-            "seed:%d" % h.seed, "cpu_threads:%d omp_wait_policy:%s"
-            % (torch.get_num_threads(), environ.get("OMP_WAIT_POLICY", "unset (OpenMP spins)"))]:
+            "seed:%d" % h.seed, "cpu_threads:%d omp_wait_policy:%s gomp_spincount:%s" % (torch.get_num_threads(),
+                *(environ.get(name, "unset") for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")))]:
         logger.log(line)
     if h.gptq_reserve_seconds > 0 and h.train_budget_ms is not None:
         logger.log("gptq:reserving %.0fs, effective=%.0fms" % (h.gptq_reserve_seconds, h.train_budget_ms))

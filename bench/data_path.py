@@ -17,14 +17,7 @@ check     (CUDA, no model) for TRAIN_LOADER sequential and shuffled x TRAIN_PREF
 
   python3 bench/data_path.py producer [--cold] [--workers 2,4] [--shard-tokens 100000000 --shards 8]
   python3 bench/data_path.py check [--steps 48] [--negative-control]"""
-import argparse
-import itertools
-import math
-import os
-import sys
-import tempfile
-import threading
-import time
+import argparse, itertools, math, os, sys, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace

@@ -10,13 +10,7 @@ side, one per GPU. Only the standard library at import time (a GPU image may hav
 on the GPUs are killed once, first. Runs side by side share the host's CPUs and disk: compare a step time measured
 beside others only with rows of the same command (same GPU, same neighbours)."""
 import importlib.util
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
+import os, re, signal, subprocess, sys, threading, time
 from pathlib import Path
 from types import SimpleNamespace
 

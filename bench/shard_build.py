@@ -11,12 +11,7 @@ Every run's shards must be byte-identical; the table says so. Needs numpy and se
 tqdm: the progress bar is off).
 """
 
-import argparse
-import hashlib
-import itertools
-import sys
-import tempfile
-import time
+import argparse, hashlib, itertools, sys, tempfile, time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -32,16 +32,7 @@ control run; --expect-same-losses exits 1 unless every run logs the first run's 
 bf16: 989) and the GPU's 8192^3 bf16 matmul rate, measured first. micro: a variant is a name of VARIANTS,
 `inductor:NAME=VALUE` (a dotted inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants
 remove one component's work, so their difference to base is the most any faster kernel for it could save."""
-import argparse
-import ast
-import bisect
-import glob
-import json
-import os
-import re
-import subprocess
-import sys
-import time
+import argparse, ast, bisect, glob, json, os, re, subprocess, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -22,7 +22,8 @@ DOCS = sorted(path for path in (REPO / "docs").glob("*.md") if not path.name.sta
 EXTERNAL = {
     "PRESET", "NPROC", "PYTHON", "TORCH_SPEC",  # run.sh and tools/python_env.sh
     "REQUIRE_TRITON_TESTS",  # tests: a missing triton fails instead of skipping
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "TRITON_INTERPRET",  # CUDA, OpenMP, Triton
+    "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",  # CUDA, Triton
+    "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",  # OpenMP (GOMP_: libgomp's, the one torch loads)
     "MATCHED_FINEWEB_REPO_ID", "MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", "DATA_DIR",  # data/cached_challenge_fineweb.py
     "LATE_QAT",  # the 2026-03-23 record's published command: read by nothing, logged as IGNORED (differences.md)
 }

@@ -26,10 +26,26 @@ def test_help_with_a_python_that_lacks_torch_is_one_error_line(tmp_path):
 
 
 def test_importing_the_trainer_sets_no_environment_variable():
-    code = "import os, sys; sys.path.insert(0, %r); import train_gpt; print(os.environ.get('OMP_WAIT_POLICY'))" % (
-        str(REPO))
+    code = ("import os, sys; sys.path.insert(0, %r); import train_gpt; print(os.environ.get('OMP_WAIT_POLICY'), "
+            "os.environ.get('GOMP_SPINCOUNT'))" % str(REPO))
     out = subprocess.run([sys.executable, "-c", code], env=run_env({}), capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "None", out
+    assert out.returncode == 0 and out.stdout.strip() == "None None", out
+
+
+@pytest.mark.parametrize("given, expected", [
+    ({}, "PASSIVE 1000"),  # the default: a short spin, then sleep (docs/running.md, CPU threads)
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, "PASSIVE None"),  # a policy the user set is OpenMP's alone: no spin added
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE None"),
+    ({"GOMP_SPINCOUNT": "5"}, "None 5"),
+])
+def test_the_script_sets_the_openmp_wait_defaults_unless_the_user_did(given, expected):
+    """Run as a script (--help: it stops before torch does any work), the trainer sets its OpenMP wait before torch
+    loads OpenMP; OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user leave both as they are."""
+    code = ("import os, runpy, sys; sys.argv = ['train_gpt.py', '--help']\ntry:\n    runpy.run_path(%r, "
+            "run_name='__main__')\nexcept SystemExit:\n    pass\nprint('env', os.environ.get('OMP_WAIT_POLICY'), "
+            "os.environ.get('GOMP_SPINCOUNT'))" % str(REPO / "train_gpt.py"))
+    out = subprocess.run([sys.executable, "-c", code], env=run_env(given), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "env " + expected, out
 
 
 def test_a_bad_train_seq_len_is_blamed_and_eval_stride_is_not(tgpt):
@@ -65,7 +81,7 @@ def test_a_tiny_run_repeats_the_ignored_warning_at_the_end_and_sample_prints_its
     where = [i for i, line in enumerate(lines) if line == warning]
     last_step = max(i for i, line in enumerate(lines) if line.startswith("step:3/3"))
     assert len(where) == 2 and where[0] < last_step < where[1] and lines[-1].startswith("outputs: "), lines[-8:]
-    assert "cpu_threads:1 omp_wait_policy:PASSIVE" in lines  # set by the script run before torch loaded OpenMP
+    assert "cpu_threads:1 omp_wait_policy:PASSIVE gomp_spincount:1000" in lines  # set before OpenMP loaded
     for extra in ([], ["--raw"]):
         sampled = subprocess.run([sys.executable, str(REPO / "tools" / "sample.py"), "logs/hour", "--samples", "2",
                                   "--tokens", "8", "--prompt", "The city"] + extra, cwd=tmp_path, env=run_env({}),
