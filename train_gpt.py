@@ -32,9 +32,9 @@ def optional_module(name: str):
 
 brotli = optional_module("brotli")  # the packed counted code (pack_source), COMPRESSOR=brotli; without it: lzma only
 constriction = optional_module("constriction")  # COMPRESSOR=pergroup's entropy coder (rANS)
-# optional FlashAttention-3 (Hopper); the backend is chosen once at start-up and logged
-_flash_attn_func = getattr(optional_module("flash_attn_interface"), "flash_attn_func", None)
+_flash_attn_func = getattr(optional_module("flash_attn_interface"), "flash_attn_func", None)  # optional FA3 (Hopper)
 _flash_attn_varlen_func = getattr(optional_module("flash_attn_interface"), "flash_attn_varlen_func", None)
+_fa4 = optional_module("flash_attn.cute.interface")  # optional FlashAttention-4 (flash-attn-4: CuTe DSL, SM90/SM100)
 _torch_varlen_attn = getattr(optional_module("torch.nn.attention.varlen"), "varlen_attn", None)  # torch >= 2.10
 TORCH_VARLEN_CAUSAL = {"window_size": (-1, 0)} if "window_size" in (  # its causal form (torch 2.11: no is_causal)
     inspect.signature(_torch_varlen_attn).parameters if _torch_varlen_attn else ()) else {"is_causal": True}
@@ -52,10 +52,10 @@ COMPRESSORS = ("pergroup", "brotli", "lzma")
 CHOICES = {  # the values a setting of a fixed set accepts
     "attn_backend": ("auto", "fa3", "cudnn", "flash", "efficient", "math"), "qk_kernel": ("auto", "triton", "torch"),
     "mlp_kernel": ("auto", "triton", "torch"), "train_loader": ("sequential", "shuffled", "documents"),
-    "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"),
-    "grad_clip_scope": ("local", "reduced"), "muon_dtype": ("bf16", "fp32"), "compressor": COMPRESSORS,
+    "train_shuffle_seed": ("rank", "rank_and_seed"), "quantizer": ("rowclip", "gptq"), "muon_dtype": ("bf16", "fp32"),
+    "grad_clip_scope": ("local", "reduced"), "compressor": COMPRESSORS, "torch_compile": ("auto", "0", "1"),
     "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch"),
-    "doc_attn_backend": ("auto", "fa3_varlen", "torch_varlen", "flex", "sdpa"), "torch_compile": ("auto", "0", "1"),
+    "doc_attn_backend": ("auto", "fa3_varlen", "fa4_varlen", "torch_varlen", "flex", "sdpa"),
     "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
@@ -236,11 +236,10 @@ class Hyperparameters:
     # Runtime
     torch_compile: str = "auto"  # auto: on for CUDA, off for CPU; or 0/1
     attn_backend: str = "auto"  # auto, fa3, cudnn, flash, efficient or math (SDPA backends)
-    doc_attn_backend: str = "auto"  # TRAIN_LOADER=documents: auto, fa3_varlen, torch_varlen, flex or sdpa (a mask)
+    doc_attn_backend: str = "auto"  # packed rows: auto, fa3_varlen, fa4_varlen, torch_varlen, flex or sdpa (a mask)
     qk_kernel: str = "auto"  # attention inputs (one q/k/v GEMM + fused norm/RoPE) and XSA: triton, torch, auto
     mlp_kernel: str = "auto"  # MLP with LeakyReLU^2 inside the up/down GEMMs: triton (fused), torch, auto
     ce_kernel: str = "auto"  # training loss: triton (fused softcapped cross-entropy, SPEC_0427 §6.5), torch, auto
-
     @classmethod
     def from_env(cls, environ) -> "Hyperparameters":
         """RECIPE's table, then every field set in `environ`; collect all parse errors, then all cross-field errors."""
@@ -983,7 +982,6 @@ def make_val_feeder(h, dist_info, specs: Sequence, build: Callable) -> DeviceBat
         host_batches = BackgroundIterator(host_batches, h.val_prefetch_queue, dist_info.device, "val-batch-producer")
     return DeviceBatchFeed(host_batches, dist_info.device, h.val_copy_stream)
 
-
 # ==== 4. MODEL (PyTorch; section 5 swaps in fused Triton ops for the marked parts) ====
 LEAKY_SLOPE = 0.5  # the record's LeakyReLU(0.5)^2 MLP activation
 RMS_NORM_EPS = torch.finfo(torch.float32).eps  # F.rms_norm's default for bf16/fp32 inputs (computed in fp32)
@@ -1416,10 +1414,9 @@ def qkv_heads(qkv: Tensor, value_embed: Optional[Tensor], cos_full: Tensor, sin_
     q = qk_norm_rope(q.view(batch, seq_len, num_heads, head_dim), cos_full, sin_full, swap, gain)
     k = qk_norm_rope(k.view(batch, seq_len, kv_heads, head_dim), cos_full, sin_full, swap, None)
     v = v.reshape(batch, seq_len, kv_heads, head_dim)
-    return (q, k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2),
-            v if plain_v else v.new_empty(0))
+    return q, k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2), v if plain_v else v.new_empty(0)
 
-GQA_BACKENDS = ("fa3", "fa3_varlen", "flex")  # they read KV head h // (H / Hkv) themselves: K, V not repeated
+GQA_BACKENDS = ("fa3", "fa3_varlen", "fa4_varlen", "flex")  # they read KV head h // (H / Hkv): K, V not repeated
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, backend: str, cu_seqlens: Optional[Tensor] = None,
                      max_piece: int = 0) -> Tensor:
@@ -1442,6 +1439,8 @@ def document_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_
     group = q.size(2) // k.size(2)
     if group > 1 and backend not in GQA_BACKENDS:
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    if backend == "fa4_varlen":
+        return fa4_varlen_op()(q[0], k[0], v[0], cu_seqlens, max_piece)[0][None]
     if backend in ("fa3_varlen", "torch_varlen"):
         varlen = _flash_attn_varlen_func if backend == "fa3_varlen" else _torch_varlen_attn
         out = varlen(q[0], k[0], v[0], cu_seqlens, cu_seqlens, max_piece, max_piece,
@@ -1456,6 +1455,29 @@ def document_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_
         return _flex.flex_attention(q, k, v, block_mask=mask, enable_gqa=group > 1).transpose(1, 2)
     mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+
+def fa4_varlen_op() -> Callable:
+    """FA4's causal varlen kernels as one torch op (q, k, v, cu_seqlens, max_piece) -> (out, lse), differentiable in q,
+    k, v, made at first use: compiled graphs call it whole (Dynamo cannot trace FA4's host-side CuTe compiles)."""
+    if not hasattr(torch.ops.train_gpt, "fa4_varlen"):
+        spans = lambda cu, top: dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top, max_seqlen_k=top, causal=True)
+        @torch.library.custom_op("train_gpt::fa4_varlen", mutates_args=())
+        def forward(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, top: int) -> Tuple[Tensor, Tensor]:
+            return tuple(_fa4._flash_attn_fwd(q, k, v, return_lse=True, **spans(cu, top))[:2])
+        @torch.library.custom_op("train_gpt::fa4_varlen_backward", mutates_args=())
+        def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, grad: Tensor, lse: Tensor, cu: Tensor,
+                     top: int) -> Tuple[Tensor, Tensor, Tensor]:
+            return tuple(_fa4._flash_attn_bwd(q, k, v, out, grad, lse, **spans(cu, top))[:3])
+        forward.register_fake(lambda q, *_: (torch.empty_like(q), q.new_empty(q.shape[1::-1], dtype=torch.float32)))
+        backward.register_fake(lambda q, k, v, *_: (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
+        def keep(ctx, inputs, output):
+            ctx.save_for_backward(*inputs[:3], *output, inputs[3])
+            ctx.top = inputs[4]
+        def grads(ctx, grad, _):
+            q, k, v, out, lse, cu = ctx.saved_tensors
+            return (*backward(q, k, v, out, grad.contiguous(), lse, cu, ctx.top), None, None)
+        forward.register_autograd(grads, setup_context=keep)
+    return torch.ops.train_gpt.fa4_varlen
 
 def per_document_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor) -> Tensor:
     """The plain reference of document_attention(): causal SDPA on each non-empty segment alone."""
@@ -1474,7 +1496,6 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
 def leaky_relu_sq_mlp(x: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     """leaky_relu(x W_up^T, 0.5)^2 W_down^T."""
     return F.linear(F.leaky_relu(F.linear(x, w_up), negative_slope=LEAKY_SLOPE).square(), w_down)
-
 
 # ==== 5. FUSED OPS (Triton) AND THE KERNEL CHOICE ====
 # On CUDA four torch.library.triton_ops (the compiled graph keeps their kernels) replace section 4's PyTorch forms
@@ -1969,6 +1990,7 @@ def select_doc_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tup
                      h.ttt_batch_seqs * h.train_seq_len if h.ttt_enabled and h.ttt_mode == "lora_phased" else 0)
     missing = "%s not importable (torch " + torch.__version__ + ")"
     unsupported = {"fa3_varlen": "" if _flash_attn_varlen_func else missing % "flash_attn_varlen_func",
+                   "fa4_varlen": "" if _fa4 else missing % "flash_attn.cute.interface (flash-attn-4)",
                    "torch_varlen": "" if _torch_varlen_attn else missing % "torch.nn.attention.varlen.varlen_attn",
                    "flex": "" if _flex else missing % "torch.nn.attention.flex_attention",
                    "sdpa": "a (T, T) mask of T=%d tokens" % row_tokens if row_tokens > 8192 else ""}
@@ -2043,7 +2065,6 @@ def _probe_ce_kernel(vocab_size: int, softcap: float, device: torch.device) -> N
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 1e-2)):
         _probe(lambda x: fused_ce_op()(x * softcap, targets, softcap), lambda x: reference(x * softcap),
                [(37, vocab_size)], dtype, device, "fused CE kernel", "loss dx", tolerance)
-
 
 # ==== 6. OPTIMIZERS ====
 # MUON_NS_COEFFICIENTS: (a, b, c) of step k's quintic aX + (bA + cA^2)X, A = XX^T, taken cyclically: the classic
@@ -2232,7 +2253,6 @@ def muon_momentum_at(h: Hyperparameters, step: int) -> float:
     frac = min(step / h.muon_momentum_warmup_steps, 1.0) if h.muon_momentum_warmup_steps > 0 else 1.0
     return (1.0 - frac) * h.muon_momentum_warmup_start + frac * h.muon_momentum
 
-
 # ==== 7. WEIGHT AVERAGING ====
 class WeightAverages:
     """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the EMA wins, as in the
@@ -2274,7 +2294,6 @@ def apply_weight_average(logger, model: nn.Module, averages: WeightAverages) -> 
         return "raw"
     model.load_state_dict({k: source[k].to(device=t.device, dtype=t.dtype) for k, t in model.state_dict().items()})
     return kind
-
 
 # ==== 8. EVALUATION ====
 RECORD_EVAL_STRIDE = 64  # parsers compare sliding scores at the record's stride
@@ -2847,7 +2866,6 @@ def timed_eval(dist_info, logger, label: str, evaluate: Callable, exact: bool, e
         logger.log(f"{label}_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
     return val_loss, val_bpb
 
-
 # ==== 9. ARTIFACT ====
 ARTIFACT_LIMIT_BYTES = 16_000_000  # decimal; counts code bytes + compressed model bytes
 RAW_MODEL_FILENAME = "final_model.pt"
@@ -3317,7 +3335,6 @@ def load_artifact_model(artifact_path: str, make_model: Callable) -> nn.Module:
     model.load_state_dict(rebank_state_dict(flat, template), strict=True)
     return model.eval()
 
-
 # ==== 10. TRAINING LOOP ====
 def run_micro_steps(dist_info: DistInfo, model: nn.Module, loader) -> Tensor:
     """GA forward/backward passes on this rank's micro-batches; returns the mean rank-local loss (device)."""
@@ -3552,7 +3569,6 @@ def train(h: Hyperparameters, dist_info: DistInfo, logger: Logger, base_model: G
                % (wait_ms, wait_ms / max(step, 1), wait_ms / max(train_ms, 1e-9)))
     logger.log("train_data:last_read_ms:%.0f" % clock.last_read_ms)
     return averages
-
 
 # ==== 11. MAIN ====
 def manifest_tokenizer_sha256(data_path: str) -> Tuple[Optional[str], str]:

@@ -12,9 +12,7 @@ One GPU call, about a minute:
 Without CUDA it runs the same tables on the CPU (host timings, no memory column, no compiled forms) for a check of
 its logic, e.g. TRITON_INTERPRET=1 python bench/ce_kernel.py --rows 6 --vocab 1500 --iters 1 --configs 1024x4
 """
-import argparse
-import sys
-import time
+import argparse, sys, time
 from pathlib import Path
 
 import torch

@@ -18,17 +18,7 @@ rowclip. --synthetic 0427: the 04-27 tensors (11 layers, d 512, MLP 4x, vocab 81
 log-normal row and column scales, quantized as SDClip round-to-nearest (GPTQ with an identity Hessian) at the
 recipe's bits and k. Their values are independent apart from the scales: no coder finds structure that trained
 weights have; rank containers on a trained artifact."""
-import argparse
-import concurrent.futures
-import importlib.util
-import io
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
+import argparse, concurrent.futures, importlib.util, io, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np

@@ -32,14 +32,7 @@ batches of 64 documents; the others' longest interpolated, lengths inside a batc
 its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines, at 8 GPUs; used at every
 world size). Not modelled: the SGD gradients' all-reduce, per-batch host work, any compile inside the loop (the
 warm-up compiles before it)."""
-import argparse
-import glob
-import json
-import math
-import os
-import re
-import sys
-import time
+import argparse, glob, json, math, os, re, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -53,16 +46,13 @@ RECORD_SGD_CHUNKS = (131, 219, 289)  # the seed logs' `tttg: cK/N` counts per ph
 MODES = {"sliding": {"TTT_ENABLED": "0"}, "full": {"TTT_MODE": "full", "TTT_LR": "0.005", "TTT_EPOCHS": "3"},
          "phased": {"TTT_MODE": "lora_phased"}}
 
-
 def val_document_spans(tg, h):
     tokens = np.concatenate([tg.load_data_shard(p) for p in sorted(glob.glob(h.val_files))])
     return tg.document_spans(torch.from_numpy(tokens.astype(np.int64)))
 
-
 def scaled_phase_docs(document_count: int) -> str:
     """The record's phase boundaries (833/1,666/2,500 of 50,000 scored documents) at this val set's size."""
     return ",".join(str(max(k + 1, round(document_count * b / RECORD_DOCS))) for k, b in enumerate(RECORD_PHASES))
-
 
 # ==== evals ====
 def base_env() -> dict:
@@ -71,7 +61,6 @@ def base_env() -> dict:
                 DATA_PATH=get("DATA_PATH", ".carry/wiki_caseops"),
                 TOKENIZER_PATH=get("TOKENIZER_PATH", ".carry/caseops8192.model"), ITERATIONS=get("ITERATIONS", "600"),
                 MAX_WALLCLOCK_SECONDS="0", VAL_LOSS_EVERY="0", TRAIN_BATCH_TOKENS=get("TRAIN_BATCH_TOKENS", "131072"))
-
 
 def train_artifact(args, out: Path) -> Path:
     """The trainer with TTT off; its artifact (and the sliding-window score in its log)."""
@@ -86,7 +75,6 @@ def train_artifact(args, out: Path) -> Path:
     if status != 0:
         sys.exit(open(out / "train.log").read()[-3000:])
     return artifact
-
 
 def evaluate(args) -> None:
     """One eval under torchrun: everything from deserialization to the score, per rank; rank 0 prints a JSON row."""
@@ -155,7 +143,6 @@ def evaluate(args) -> None:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
-
 def print_evals_table(out: Path) -> None:
     rows = [json.loads(line) for line in open(out / "rows.jsonl")] if (out / "rows.jsonl").is_file() else []
     print("\n| eval | GPUs | val_bpb | eval s (from deserialization) | per-rank busy s (phased: own batches) |")
@@ -175,7 +162,6 @@ def print_evals_table(out: Path) -> None:
                   f"{field(p, 'wait'):.1f}s wait" for p in phases))
     print("\nThe 8-GPU estimate of the phased loop: `python3 bench/eval_speed.py estimate` (warmup's cost model).")
 
-
 def evals(args) -> None:
     if args.eval:
         return evaluate(args)
@@ -194,7 +180,6 @@ def evals(args) -> None:
             with open(out / "rows.jsonl", "a") as handle:
                 handle.write(rows[0] + "\n")
     print_evals_table(out)
-
 
 # ==== warmup ====
 def warmup(args) -> None:
@@ -283,7 +268,6 @@ def warmup(args) -> None:
         model.eval().requires_grad_(False).zero_grad(set_to_none=True)
     report()
 
-
 # ==== estimate ====
 def record_batches(paths: list) -> list:
     """Per queue batch (queue order: longest first) its documents' lengths, ascending, from the record's logs: a
@@ -304,7 +288,6 @@ def record_batches(paths: list) -> list:
         batches.append(sorted(int(round(n)) for n in np.geomspace(max(low, 1), high, docs[b - 1])))
     return batches
 
-
 def val_batches(tg, h) -> tuple:
     """Per queue batch of the val shards its documents' lengths (ascending), `h`'s boundaries, and a function of the
     phases (the trainer's ttt_schedule's) that gives each phase's SGD chunks: its documents (phase_documents), each
@@ -320,7 +303,6 @@ def val_batches(tg, h) -> tuple:
         return [max(math.ceil(int((lengths[d] + 1).sum() - 1) / h.ttt_chunk_tokens) - 1, 0) for d in docs]
     return batches, boundaries, chunks
 
-
 def step_ms(cost: dict, rows: int):
     """ms of a LoRA step of `rows` rows at a row length: TTT_DOC_BATCH rows' measured cost ("lora_step_ms"), or
     interpolated in the number of rows between the measured counts ("lora_step_ms_rows_<n>")."""
@@ -329,7 +311,6 @@ def step_ms(cost: dict, rows: int):
                                            for key, table in cost.items() if key.startswith("lora_step_ms_rows_")}
     counts = sorted(measured)
     return lambda length: float(np.interp(rows, counts, [measured[n][length] for n in counts]))
-
 
 def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
     """The loop at `world` ranks: the trainer's ttt_schedule (its phases, and its batches per rank between phases by
@@ -363,7 +344,6 @@ def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
                 phases=phases, batches=len(batches), longest_batch_s=max(seconds), total_gpu_s=sum(busy),
                 compacted=compacted)
 
-
 def estimate(args) -> None:
     cost = json.loads(Path(args.cost).read_text())
     tg = load_trainer()
@@ -393,7 +373,6 @@ def estimate(args) -> None:
         print(f"| {world} | {row['phases']} | {row['loop_s']:.1f} | {row['longest_batch_s']:.1f} | "
               f"{row['sgd_s']:.1f} | {row['total_gpu_s']:.1f} | {row['rank_busy_s'] if world <= 8 else '...'} |")
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
@@ -416,7 +395,6 @@ def main() -> None:
     sim.add_argument("--phases", help="TTT_PHASE_DOCS for --val (default: scaled from the record's)")
     args = parser.parse_args()
     {"evals": evals, "warmup": warmup, "estimate": estimate}[args.mode](args)
-
 
 if __name__ == "__main__":
     main()

@@ -10,10 +10,7 @@ row) and both Hessian-weighted errors tr((W - W_hat) H (W - W_hat)^T).
   python bench/gptq_solve.py --threads 8
   python bench/gptq_solve.py --device cuda
 """
-import argparse
-import statistics
-import sys
-import time
+import argparse, statistics, sys, time
 from pathlib import Path
 
 import torch

@@ -12,8 +12,7 @@ inside the backward d_act GEMM's) against the compiled PyTorch form it replaces,
   python bench/mlp_kernel.py --configs 128x128x64x8x3x0 128x256x64x8x3x1
       # BLOCK_M x BLOCK_N x BLOCK_K x warps x stages x programs per SM (0: one program per tile)
 """
-import argparse
-import sys
+import argparse, sys
 from pathlib import Path
 
 import torch

@@ -8,8 +8,7 @@ upstream gradients have SDPA's (B, H, T, D) layout.
   python bench/qk_kernel.py                      # default sweep
   python bench/qk_kernel.py --configs 32x4 64x8  # rows x warps
 """
-import argparse
-import sys
+import argparse, sys
 from pathlib import Path
 
 import torch

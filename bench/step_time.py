@@ -1,5 +1,5 @@
 """How fast is a training step, per recipe and world size, at what fraction of the GPU's matmul rate, and where does
-its GPU time go? Four modes:
+its GPU time go? Five modes:
 
 flops    FLOPs of one optimizer step per config, before and after looping, and attention's share (CPU, seconds).
 train    train_gpt.py (or any script with the challenge's log lines, e.g. an older commit's copy) for each script x
@@ -10,8 +10,11 @@ train    train_gpt.py (or any script with the challenge's log lines, e.g. an old
          Each run stops at its peak-memory line (the end of training: no end-of-run evals); --budget caps the call.
 micro    forward+backward of one compiled micro-step (random tokens, or --tokens shard) per variant of the model
          code; the first loss and first-gradient norm show whether a variant kept the math.
-profile  a few steps built from the trainer's functions: step wall with and without a host sync per step, kernel
-         time by family, the top kernels and, under torchrun, the NCCL time that overlapped compute.
+profile  a few steps built from the trainer's functions (a recipe that loops: before, then after): step wall with
+         and without a host sync per step, kernel time by family, the top kernels and, under torchrun, the NCCL
+         time that overlapped compute.
+attention  the recipe's attention kernels alone on its packed rows (DOC_ATTN_BACKENDs) and dense SDPA: ms, TFLOP/s,
+         error against fp32 (one GPU; RECIPE, DATA_PATH from the environment).
 
   python3 bench/step_time.py train --steps 200 --loss-at 10 100 200 --script /tmp/old_train_gpt.py \\
       --script train_gpt.py --config record:             # before/after on 1 GPU (git show C:train_gpt.py > ...)
@@ -20,9 +23,10 @@ profile  a few steps built from the trainer's functions: step wall with and with
   python3 bench/step_time.py train --config 0427 --nproc 1 4 --val-every 50   # world sizes, train vs val loss
   WARMUP_STEPS=5 python3 bench/step_time.py train --expect-same-losses --config p1_c1 --config p1_c1 \\
       --config p0_c0 --config p0_c1 --config p1_c0   # data wait per TRAIN_PREFETCH x TRAIN_COPY_STREAM, a control
-  python3 bench/step_time.py micro --variants base qk_torch mlp_torch floor_mlp_gemms floor_no_attn
+  python3 bench/step_time.py micro --variants base qk_torch mlp_torch
   python3 bench/step_time.py micro --variants base inductor:aggressive_fusion=True mode:reduce-overhead
   python3 bench/step_time.py profile --steps 3 --trace $OUT/trace.json.gz
+  RECIPE=2026-04-27 DATA_PATH=.carry/wiki_caseops python3 bench/step_time.py attention   # every backend
 
 train: a config is LABEL:KEY=VALUE,... (nothing after the colon: the defaults) or a preset: 0323, 0409 (on --sp8192
 data), 0427 (on --caseops data: documents loader, document-aware attention), 0427_dense (TRAIN_LOADER=shuffled:
@@ -30,9 +34,8 @@ dense causal attention), pP_cC (TRAIN_PREFETCH=P, TRAIN_COPY_STREAM=C). A config
 control run; --expect-same-losses exits 1 unless every run logs the first run's losses bit for bit. FLOPs: step_flops
 (this train_gpt.py's model, also for an older --script). MFU: against --peak-tflops per GPU (H100/H200 SXM dense
 bf16: 989) and the GPU's 8192^3 bf16 matmul rate, measured first. micro: a variant is a name of VARIANTS,
-`inductor:NAME=VALUE` (a dotted inductor config entry) or `mode:MODE` (torch.compile's mode); `floor_*` variants
-remove one component's work, so their difference to base is the most any faster kernel for it could save."""
-import argparse, ast, bisect, glob, json, os, re, subprocess, sys, time
+`inductor:NAME=VALUE` (a dotted inductor config entry) or `mode:MODE` (torch.compile's mode)."""
+import argparse, ast, bisect, contextlib, glob, json, os, re, subprocess, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +49,6 @@ PROBE = ("import torch as T\nc = T.cuda\nprint('torch', T.__version__, c.device_
          "and c.get_device_name(0))\na, b = T.randn(2, 8192, 8192, device='cuda', dtype=T.bfloat16)\ne = [c.Event("
          "enable_timing=True) for _ in range(2)]\nfor i in range(13):\n    e[0].record() if i == 3 else None\n"
          "    a @ b\ne[1].record()\ne[1].synchronize()\nprint(2 * 8192 ** 3 / e[0].elapsed_time(e[1]) / 1e8)")
-
 
 def step_flops(env: dict, piece_tokens: float = 0.0) -> dict:
     """{looping: (FLOPs, of them attention's)} of one optimizer step of train_gpt.py's GPT at `env`'s settings, and
@@ -87,7 +89,6 @@ def step_flops(env: dict, piece_tokens: float = 0.0) -> dict:
         counts[looping] = (8 * (counter.get_total_flops() + attention), 8 * attention)
     return counts
 
-
 def print_flops(lines: list, args) -> None:
     """Per (config, nproc, window, ms/step or None, counts, (FLOPs, attention) per step): MFU where ms is known."""
     mfu = lambda flops, ms, rate, gpus: "%.1f" % (flops / ms / rate / gpus / 1e7) if ms and rate else "-"  # noqa
@@ -100,7 +101,6 @@ def print_flops(lines: list, args) -> None:
             mfu(flops, ms, args.peak_tflops, nproc), mfu(flops, ms, args.matmul_tflops, nproc), counts["piece"],
             counts["piece_from"]))
 
-
 # ==== train ====
 def presets(args) -> dict:
     caseops = {"DATA_PATH": args.caseops, "TOKENIZER_PATH": args.caseops_tokenizer}
@@ -111,7 +111,6 @@ def presets(args) -> dict:
             "0427": dict(caseops, RECIPE="2026-04-27"),
             "0427_dense": dict(caseops, RECIPE="2026-04-27", TRAIN_LOADER="shuffled"), **data_path}
 
-
 def parse_config(text: str, known: dict) -> tuple:
     if ":" not in text:
         if text not in known:
@@ -119,7 +118,6 @@ def parse_config(text: str, known: dict) -> tuple:
         return text, known[text]
     label, _, settings = text.partition(":")
     return label or "default", dict(item.split("=", 1) for item in settings.split(",") if item.strip())
-
 
 def train(args) -> int:
     configs, labels = [parse_config(text, presets(args)) for text in (args.config or ["record:"])], []
@@ -165,7 +163,6 @@ def train(args) -> int:
     failed = any(result["step_avg"] is None for *_, result in rows)
     return 1 if failed or (args.expect_same_losses and differ) else 0
 
-
 def print_train_table(args, rows) -> None:
     def reference_ms(result):  # the first window if any (e.g. before looping), else step_avg
         value = window_ms(result["train_ms"], args.window[0]) if args.window else result["step_avg"]
@@ -207,56 +204,17 @@ def print_train_table(args, rows) -> None:
             print("%s %s nproc %d, step: train_loss/val_loss: %s" % (script[-24:], label, nproc, " ".join(
                 "%d:%s/%s" % (s, result["loss"].get(s, "-"), v[0]) for s, v in sorted(result["val"].items()))))
 
-
 # ==== micro ====
 def force_torch(tg, env_name: str):
     """The start-up choice gives the PyTorch form for `env_name` (QK_KERNEL or MLP_KERNEL), whatever it probes."""
     select = tg.select_kernel
     tg.select_kernel = lambda name, *args: ("torch", "variant") if name == env_name else select(name, *args)
 
-
-def floor_mlp_gemms(tg):
-    import torch.nn.functional as F
-    force_torch(tg, "MLP_KERNEL")
-    tg.leaky_relu_sq_mlp = lambda x, w_up, w_down: F.linear(F.linear(x, w_up), w_down)
-
-
-def floor_no_attn(tg):
-    tg.causal_attention = lambda q, k, v, backend, *args, **kwargs: q
-
-
-def floor_no_norm(tg):
-    rms_norm = tg.rms_norm  # q/k heads (4-D) keep their norm: the fused q/k/v op's start-up probe compares with it
-    tg.rms_norm = lambda x: x if x.dim() == 3 else rms_norm(x)
-
-
-TOKEN_SUM_PARAMS = re.compile(r"skip_weights|smear\.gate|bigram\.scale|ve_shared\.scale|ve_layer_scales\.\d+|"
-                              r"blocks\.\d+\.resid_mix")
-
-
-def floor_no_token_sums(tg):
-    build_model = tg.build_model
-
-    def build_frozen(h, device):
-        model = build_model(h, device)
-        for name, param in model.named_parameters():
-            if TOKEN_SUM_PARAMS.fullmatch(name):
-                param.requires_grad_(False)
-        return model
-    tg.build_model = build_frozen
-
-
 VARIANTS = {
     "base": [],
     "qk_torch": [lambda tg: force_torch(tg, "QK_KERNEL")],  # the fused q/k/v op vs its PyTorch form
     "mlp_torch": [lambda tg: force_torch(tg, "MLP_KERNEL")],  # the fused MLP kernel vs its PyTorch form
-    "floor_mlp_gemms": [floor_mlp_gemms],  # the MLP as its two cuBLAS GEMMs, no activation
-    "floor_no_attn": [floor_no_attn],  # attention returns q
-    "floor_no_norm": [floor_no_norm],  # block/embedding/final RMSNorms are the identity (q/k norms stay)
-    "floor_all": [floor_mlp_gemms, floor_no_attn, floor_no_norm],
-    "floor_no_token_sums": [floor_no_token_sums],  # no gradient for the per-channel vectors summed over all tokens
 }
-
 
 def variant_patches(name: str) -> list:
     if name in VARIANTS:
@@ -278,7 +236,6 @@ def variant_patches(name: str) -> list:
             setattr(target, leaf, ast.literal_eval(value))
         return [patch]
     sys.exit(f"--variants: {name!r} is none of {', '.join(VARIANTS)}, inductor:NAME=VALUE, mode:MODE")
-
 
 def run_variant(name: str, args) -> tuple:
     import torch
@@ -345,7 +302,6 @@ def run_variant(name: str, args) -> tuple:
     torch.cuda.reset_peak_memory_stats()
     return micro_ms, micro_ms * dist_info.grad_accum_steps, first_loss, grad_norm, compile_s, peak, backend
 
-
 def micro(args) -> int:
     import torch
     if not torch.cuda.is_available():
@@ -358,6 +314,76 @@ def micro(args) -> int:
                                                                       compile_s, peak, backend), flush=True)
     return 0
 
+# ==== attention ====
+def attention(args) -> int:
+    """Forward and forward+backward ms of the recipe's attention on the loader's packed rows of DATA_PATH (the
+    micro-step's TRAIN_BATCH_TOKENS/8 tokens, pieces <= TRAIN_SEQ_LEN) per DOC_ATTN_BACKEND, and of dense causal SDPA
+    per kernel on rows of TRAIN_SEQ_LEN; TFLOP/s at 6 H D sum(L^2) FLOPs (as `flops`); error of out and gradients
+    against per_document_attention in fp32 on the first row (dense: a causal piece of the first row)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    tg = load_trainer()
+    h = tg.Hyperparameters.from_env(dict(os.environ))
+    row, seq, device = h.train_batch_tokens // 8, h.train_seq_len, torch.device("cuda")
+    heads, kv_heads, dim = h.num_heads, h.num_kv_heads, h.model_dim // h.num_heads
+    shard = tg.load_data_shard(tg.list_shards(h.train_files, "train")[0])
+    begin = tg.first_document("train", shard, row + 1)
+    cus = [torch.from_numpy(tg.document_cu_seqlens(shard[b:b + row], tg.BOS_ID, h.train_seq_len,
+                                                   tg.CU_SEQLENS_BUCKET)).to(device)
+           for b in range(begin, len(shard) - row, row + 1)[:args.rows]]
+    squares = sum(float((torch.diff(cu).double() ** 2).sum()) for cu in cus) / len(cus)
+    gen = torch.Generator(device=device).manual_seed(0)
+    qkv = [torch.randn((1, row, n, dim), device=device, dtype=torch.bfloat16, generator=gen).requires_grad_()
+           for n in (heads, kv_heads, kv_heads)]
+    grad = torch.randn((1, row, heads, dim), device=device, dtype=torch.bfloat16, generator=gen)
+    dense = [t.detach().view(row // seq, seq, *t.shape[2:]).requires_grad_() for t in qkv]
+    cu_dense = torch.arange(0, row + 1, seq, device=device, dtype=torch.int32)
+
+    def errors(run, cu):  # max |diff| / max |reference| of out, dq, dk, dv against fp32 per-document SDPA
+        tensors = [t.detach()[:, :int(cu[-1])].clone().requires_grad_() for t in qkv]
+        results = []
+        for fn, dtype in ((run, torch.bfloat16), (lambda q, k, v: tg.per_document_attention(q, k, v, cu),
+                                                  torch.float32)):
+            inputs = [t.detach().to(dtype).requires_grad_() for t in tensors]
+            with sdpa_kernel(SDPBackend.MATH) if dtype == torch.float32 else contextlib.nullcontext():
+                out = fn(*inputs)
+            out.backward(grad[:, :out.size(1)].to(dtype))
+            results.append([out.detach().float()] + [t.grad.float() for t in inputs])
+        return max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(*results))
+
+    def timed(fn, backward):
+        for index in range(args.iters + 3):
+            if index == 3:
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+            out = fn()
+            if backward:
+                out.backward(grad.view(out.shape))
+        torch.cuda.synchronize()
+        return 1000.0 * (time.perf_counter() - start) / args.iters
+
+    print("rows %d x %d tokens, %d pieces per row, L_eff %.1f; dense rows %d x %d" % (
+        len(cus), row, sum(int((torch.diff(cu) > 0).sum()) for cu in cus) // len(cus), squares / row, row // seq, seq))
+    print("%-24s %10s %12s %10s %10s  %s" % ("backend", "fwd_ms", "fwd+bwd_ms", "TFLOP/s", "max_err", "note"))
+    cases = [(name, None) for name in args.backends] + [("dense_" + name, name) for name in args.dense]
+    for name, sdpa in cases:
+        try:
+            if sdpa is None:
+                fns = [lambda cu=cu: tg.document_attention(*qkv, cu, seq, name) for cu in cus]
+                err = errors(lambda q, k, v: tg.document_attention(q, k, v, cus[0], seq, name), cus[0])
+                flops = 6 * heads * dim * squares
+            else:
+                fns = [lambda: tg.causal_attention(*dense, "sdpa")]
+                with sdpa_kernel(getattr(SDPBackend, sdpa.upper())):
+                    err = errors(lambda q, k, v: tg.causal_attention(q, k, v, "sdpa"), cu_dense[:2])
+                flops = 6 * heads * dim * seq * row
+            with sdpa_kernel(getattr(SDPBackend, sdpa.upper())) if sdpa else contextlib.nullcontext():
+                fwd = sum(timed(fn, False) for fn in fns) / len(fns)
+                both = sum(timed(fn, True) for fn in fns) / len(fns)
+            print("%-24s %10.3f %12.3f %10.1f %10.2e" % (name, fwd, both, flops / both / 1e9, err), flush=True)
+        except Exception as exc:  # a backend missing here is a row that says why, not the end of the table
+            print("%-24s %10s %12s %10s %10s  %s" % (name, "-", "-", "-", "-", str(exc).splitlines()[0][:120]))
+    return 0
 
 # ==== profile ====
 FAMILIES = (  # first match wins; matched against the lower-cased kernel name
@@ -371,11 +397,9 @@ FAMILIES = (  # first match wins; matched against the lower-cased kernel name
     ("copy/memset", ("memcpy", "memset", "copy")),
 )
 
-
 def family(name: str) -> str:
     lowered = name.lower()
     return next((label for label, needles in FAMILIES if any(needle in lowered for needle in needles)), "other")
-
 
 def overlap_report(device_events, steps: int) -> str:
     """Per NCCL kernel kind: time per step and the part of it during which a non-NCCL kernel also ran (hidden)."""
@@ -408,7 +432,6 @@ def overlap_report(device_events, steps: int) -> str:
             name[:60], calls / steps, duration / 1000.0 / steps, 100.0 * covered / duration))
     return "\n".join(lines)
 
-
 def kernel_times(prof, cuda: bool) -> dict:
     """{kernel name: [calls, ms]} of a profile (on the CPU: the top-level aten ops' CPU time)."""
     import torch
@@ -425,7 +448,6 @@ def kernel_times(prof, cuda: bool) -> dict:
         entry[1] += (event.device_time_total if cuda else event.cpu_time_total) / 1000.0  # us -> ms
     return kernels
 
-
 def print_families(kernels: dict, steps: float, top: int, prefix: str = "") -> dict:
     total = sum(ms for _, ms in kernels.values()) or 1.0
     by_family = {}
@@ -438,7 +460,6 @@ def print_families(kernels: dict, steps: float, top: int, prefix: str = "") -> d
     for name, (calls, ms) in sorted(kernels.items(), key=lambda item: -item[1][1])[:top]:
         print("%s%-100s %7.0f %10.2f %6.1f%%" % (prefix, name[:100], calls / steps, ms / steps, 100.0 * ms / total))
     return by_family
-
 
 def profile(args) -> int:
     import torch
@@ -475,48 +496,54 @@ def profile(args) -> int:
         if sync:
             tg.sync_device(dist_info)
 
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        step(sync=True)
-    print("warmup (compile included): %.1f s" % (time.perf_counter() - start), flush=True)
-    timings = {}
-    for sync in (True, False, True, False):  # the training loop's wallclock check syncs the host every step
-        tg.sync_device(dist_info)
+    report = {}
+    for looping in (False, True)[:1 + (h.num_loops > 0)]:  # a recipe that loops: its step before and after
+        base_model.looping = looping
+        print("\n==== looping:%s" % looping, flush=True)
         start = time.perf_counter()
-        for _ in range(args.steps):
-            step(sync)
-        tg.sync_device(dist_info)
-        timings.setdefault(sync, []).append(1000.0 * (time.perf_counter() - start) / args.steps)
-    for sync, values in timings.items():
-        print("step wall, host sync after each step=%s: %s ms" % (sync, " ".join("%.2f" % v for v in values)))
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with torch.profiler.profile(activities=activities) as prof:
-        tg.sync_device(dist_info)
-        start = time.perf_counter()
-        for _ in range(args.steps):
+        for _ in range(args.warmup):
             step(sync=True)
-        tg.sync_device(dist_info)
-        wall_ms = 1000.0 * (time.perf_counter() - start) / args.steps
-    kernels = kernel_times(prof, cuda)
-    total = sum(ms for _, ms in kernels.values())
-    print("\nprofiled %d steps: wall %.2f ms/step (profiler on), kernel time %.2f ms/step (%.1f%% of wall)"
-          % (args.steps, wall_ms, total / args.steps, 100.0 * total / args.steps / wall_ms))
-    device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                     and not getattr(e, "is_user_annotation", False) and not e.name.startswith("nccl:")]
-    print(overlap_report(device_events, args.steps))
-    by_family = print_families(kernels, args.steps, args.top)
-    if args.trace is not None and dist_info.is_main:
-        args.trace.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(args.trace))  # gzipped when the name ends in .gz
-        print("trace: %s" % args.trace)
-    print(json.dumps({"wall_ms": wall_ms, "timings": {str(k): v for k, v in timings.items()},
-                      "families_ms_per_step": {k: v / args.steps for k, v in by_family.items()}}))
+        print("warmup (compile included): %.1f s" % (time.perf_counter() - start), flush=True)
+        timings = {}
+        for sync in (True, False, True, False):  # the training loop's wallclock check syncs the host every step
+            tg.sync_device(dist_info)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step(sync)
+            tg.sync_device(dist_info)
+            timings.setdefault(sync, []).append(1000.0 * (time.perf_counter() - start) / args.steps)
+        for sync, values in timings.items():
+            print("step wall, host sync after each step=%s: %s ms" % (sync, " ".join("%.2f" % v for v in values)))
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=activities) as prof:
+            tg.sync_device(dist_info)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step(sync=True)
+            tg.sync_device(dist_info)
+            wall_ms = 1000.0 * (time.perf_counter() - start) / args.steps
+        kernels = kernel_times(prof, cuda)
+        total = sum(ms for _, ms in kernels.values())
+        print("\nprofiled %d steps: wall %.2f ms/step (profiler on), kernel time %.2f ms/step (%.1f%% of wall)"
+              % (args.steps, wall_ms, total / args.steps, 100.0 * total / args.steps / wall_ms))
+        device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                         and not getattr(e, "is_user_annotation", False) and not e.name.startswith("nccl:")]
+        print(overlap_report(device_events, args.steps))
+        by_family = print_families(kernels, args.steps, args.top)
+        if args.trace is not None and dist_info.is_main:
+            trace = args.trace.with_name(("looped_" if looping else "") + args.trace.name)
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace))  # gzipped when the name ends in .gz
+            print("trace: %s" % trace)
+        report["looped" if looping else "pre-loop"] = {
+            "wall_ms": wall_ms, "timings": {str(k): v for k, v in timings.items()},
+            "families_ms_per_step": {k: v / args.steps for k, v in by_family.items()}}
+    print(json.dumps(report))
     loader.close()
     logger.close()
     if dist_info.distributed:
         torch.distributed.destroy_process_group()
     return 0
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -558,9 +585,13 @@ def main() -> int:
     prof.add_argument("--steps", type=int, default=3)
     prof.add_argument("--top", type=int, default=30)
     prof.add_argument("--trace", type=Path, default=None)
+    attn = modes.add_parser("attention", help="the recipe's attention kernels alone, on its packed rows")
+    attn.add_argument("--backends", nargs="+", default=["torch_varlen", "fa4_varlen", "fa3_varlen", "flex"])
+    attn.add_argument("--dense", nargs="+", default=["cudnn_attention", "flash_attention", "efficient_attention"])
+    attn.add_argument("--rows", type=int, default=4)
+    attn.add_argument("--iters", type=int, default=10)
     args = parser.parse_args()
-    return {"flops": train, "train": train, "micro": micro, "profile": profile}[args.mode](args)
-
+    return {"flops": train, "train": train, "micro": micro, "profile": profile, "attention": attention}[args.mode](args)
 
 if __name__ == "__main__":
     sys.exit(main())

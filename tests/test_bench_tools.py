@@ -217,43 +217,6 @@ def test_step_time_exits_1_when_a_data_path_changes_the_losses(tmp_path):
     assert changed.returncode == 1 and "losses differ from the first run's: ['p0_c1']" in changed.stdout
 
 
-def test_model_variants_floors_remove_only_their_component():
-    """The floor variants of model_variants.py patch what they name and nothing else: floor_no_norm keeps the q/k
-    head norm (4-D), which the q/k/v op's start-up probe compares against (a first version made it the identity
-    too, and the GPU run silently fell back to the PyTorch q/k path); floor_mlp_gemms drops only the activation;
-    floor_no_token_sums freezes exactly the parameters whose gradients are sums over all tokens."""
-    import torch
-    import torch.nn.functional as F
-    import step_time as model_variants
-    from harness import load_trainer
-
-    tg = load_trainer()
-    generator = torch.Generator().manual_seed(0)
-    qkv, gain = torch.randn(2, 16, 4 * 64, generator=generator), torch.rand(2, generator=generator) + 0.5
-    tables = tg.rotary_tables(16, 64, 16, 10000.0, "cpu", torch.float32)
-    before = tg.qkv_heads(qkv, None, *tables, gain, 2, 16, 2, False)
-    model_variants.floor_no_norm(tg)
-    after = tg.qkv_heads(qkv, None, *tables, gain, 2, 16, 2, False)
-    for b, a in zip(before, after):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    x = torch.randn(2, 16, 32, generator=generator)
-    assert tg.rms_norm(x) is x
-
-    tg = load_trainer()
-    model_variants.floor_mlp_gemms(tg)
-    w_up, w_down = torch.randn(96, 32, generator=generator), torch.randn(32, 96, generator=generator)
-    torch.testing.assert_close(tg.leaky_relu_sq_mlp(x, w_up, w_down), x @ w_up.t() @ w_down.t())
-    assert tg.select_kernel("MLP_KERNEL", "auto", None, None)[0] == "torch"
-    assert not torch.allclose(F.leaky_relu(x @ w_up.t(), 0.5).square() @ w_down.t(), x @ w_up.t() @ w_down.t())
-
-    tg = load_trainer()
-    model_variants.floor_no_token_sums(tg)
-    model = tg.build_model(tg.Hyperparameters.from_env({}), torch.device("cpu"))
-    frozen = sorted(name for name, param in model.named_parameters() if not param.requires_grad)
-    assert frozen == sorted(["skip_weights", "smear.gate", "bigram.scale", "ve_shared.scale", "ve_layer_scales.0",
-                             "ve_layer_scales.1"] + ["blocks.%d.resid_mix" % i for i in range(11)])
-
-
 def test_gptq_solve_bench_times_every_record_shape(tmp_path):
     """bench/gptq_solve.py on the CPU with one layer: a row per record shape, and a total that is the sum of the
     per-model seconds (calls x the median time per call)."""

@@ -204,6 +204,74 @@ def test_each_attention_path_equals_the_per_document_softmax(tgpt, backend):
         assert (reference.double() - want).abs().max() < 1e-5
 
 
+class StandInFA4:
+    """flash_attn.cute.interface's two entry points as flash-attn-4 4.0.0b36 defines them, computed with the fp64
+    per-document softmax: _flash_attn_fwd(q, k, v, cu_seqlens_q=, cu_seqlens_k=, max_seqlen_q=, max_seqlen_k=,
+    causal=, return_lse=) -> (out (T, H, D), lse (H, T), ...) and _flash_attn_bwd(q, k, v, out, dout, lse, <the same
+    spans>) -> (dq, dk, dv, ...), KV head h // (H / Hkv). Each call's max_seqlen is kept."""
+
+    def __init__(self):
+        self.calls = []
+
+    def spans(self, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal):
+        assert causal is True and cu_seqlens_q is cu_seqlens_k and max_seqlen_q == max_seqlen_k
+        self.calls.append(max_seqlen_q)
+        return cu_seqlens_q
+
+    def _flash_attn_fwd(self, q, k, v, return_lse=False, **spans):
+        assert return_lse and q.dim() == 3  # varlen: (total tokens, heads, head dim), no batch dimension
+        out = per_document_softmax(q[None], k[None], v[None], self.spans(**spans))[0].to(q.dtype)
+        return out, torch.zeros(q.size(1), q.size(0)), None, None, None
+
+    def _flash_attn_bwd(self, q, k, v, out, dout, lse, **spans):
+        """Attention's backward written out (a torch op's body runs below autograd): per segment P = softmax(S),
+        dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D); KV grads summed
+        over the query heads that read them."""
+        assert lse.shape == (q.size(1), q.size(0)) and out.shape == dout.shape == q.shape
+        group, scale = q.size(1) // k.size(1), 1.0 / math.sqrt(q.size(-1))
+        q, o, do = q.double(), out.double(), dout.double()
+        k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        cu = self.spans(**spans).tolist()
+        for a, b in zip(cu[:-1], cu[1:]):
+            scores = torch.einsum("thd,shd->hts", q[a:b], k[a:b]) * scale
+            p = scores.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+            dv[a:b] = torch.einsum("hts,thd->shd", p, do[a:b])
+            ds = p * (torch.einsum("thd,shd->hts", do[a:b], v[a:b]) - (do[a:b] * o[a:b]).sum(-1).T[:, :, None])
+            dq[a:b] = torch.einsum("hts,shd->thd", ds, k[a:b]) * scale
+            dk[a:b] = torch.einsum("hts,thd->shd", ds, q[a:b]) * scale
+        fold = lambda g: g.view(g.size(0), -1, group, g.size(-1)).sum(2)  # noqa: E731
+        return dq.to(dout.dtype), fold(dk).to(dout.dtype), fold(dv).to(dout.dtype)
+
+
+def test_fa4_varlen_is_one_differentiable_op_also_in_a_compiled_graph(tgpt, monkeypatch):
+    """DOC_ATTN_BACKEND=fa4_varlen: FA4's forward and backward wrapped as one torch op with a fake (shape) form, so
+    that a fullgraph compile keeps it whole; out and q/k/v gradients equal the per-document softmax, eager and
+    compiled, GQA 4/2, pieces <= 32 tokens, empty trailing segments; the start-up probe accepts it."""
+    stand_in = StandInFA4()
+    monkeypatch.setattr(tgpt, "_fa4", stand_in)
+    compiled = torch.compile(tgpt.document_attention, backend="aot_eager", fullgraph=True)
+    for seed, attention in ((0, tgpt.document_attention), (1, compiled)):
+        cu = random_packed_row(tgpt, seed)
+        generator = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.randn(1, 200, heads, 16, generator=generator, requires_grad=True) for heads in (4, 2, 2))
+        out = attention(q, k, v, cu, 32, "fa4_varlen")
+        want = per_document_softmax(q, k, v, cu)
+        grad = torch.randn(out.shape, generator=generator)
+        got_grads = torch.autograd.grad(out, (q, k, v), grad)
+        want_grads = torch.autograd.grad(want, (q, k, v), grad.double())
+        assert out.shape == q.shape and (out.double() - want).abs().max() < 1e-5
+        assert all((g.double() - w).abs().max() < 1e-5 for g, w in zip(got_grads, want_grads))
+    assert stand_in.calls == [32] * 4  # one forward and one backward per pass, nothing traced into them
+    h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, DOC_ATTN_BACKEND="fa4_varlen"))
+    assert tgpt.select_doc_attention_backend(h, tgpt.DistInfo(0, 1, CPU)) == ("fa4_varlen",
+                                                                              "forced by DOC_ATTN_BACKEND")
+    monkeypatch.setattr(tgpt, "_fa4", None)  # flash-attn-4 not installed: forced, a clear start-up error
+    with pytest.raises(tgpt.ConfigError, match=r"DOC_ATTN_BACKEND=fa4_varlen cannot run here: flash_attn\.cute"
+                                               r"\.interface \(flash-attn-4\) not importable"):
+        tgpt.select_doc_attention_backend(h, tgpt.DistInfo(0, 1, CPU))
+
+
 def test_the_backend_choice_is_probed_and_checked(tgpt):
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV))
     assert h.train_loader == "documents" and h.gptq_calibration_loader == "shuffled"
@@ -211,7 +279,7 @@ def test_the_backend_choice_is_probed_and_checked(tgpt):
     assert choice in ("flex", "sdpa") and reason.startswith("auto")
     if choice == "sdpa":
         assert "flex unavailable" in reason
-    assert "fa3_varlen unavailable" in reason and "torch_varlen unavailable" in reason
+    assert all("%s unavailable" % name in reason for name in ("fa3_varlen", "fa4_varlen", "torch_varlen"))
     h = tgpt.Hyperparameters.from_env(dict(TINY_0427_ENV, DOC_ATTN_BACKEND="sdpa"))
     assert tgpt.select_doc_attention_backend(h, tgpt.DistInfo(0, 1, CPU)) == ("sdpa", "forced by DOC_ATTN_BACKEND")
     h = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27", "DOC_ATTN_BACKEND": "sdpa"})
