@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
+from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data, tiny_data_short_val  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(REPO / "tools"))
 import job_outcome  # noqa: E402
@@ -69,8 +69,9 @@ def test_run_sh_last_line_names_the_ignored_settings():
     assert job_outcome.outcome(["step:1/1"], 0, 5, "c")[1] == "run.sh: done in 0:05; logs: c"
 
 
-def test_a_tiny_run_repeats_the_ignored_warning_at_the_end_and_sample_prints_its_continuations(tiny_data, tmp_path):
-    env = dict(TINY_MODEL_ENV, **tiny_data["env"], ITERATIONS="3", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="0",
+def test_a_tiny_run_repeats_the_ignored_warning_at_the_end_and_sample_prints_its_continuations(tiny_data_short_val,
+                                                                                              tmp_path):
+    env = dict(TINY_MODEL_ENV, **tiny_data_short_val["env"], ITERATIONS="3", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="0",
                TTT_ENABLED="0", EVAL_STRIDE="32", RUN_ID="hour", NUM_LAYER="3")
     out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
                          capture_output=True, text=True, timeout=600)
