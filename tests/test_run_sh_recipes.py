@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tgpt_util import REPO, run_env, tgpt  # noqa: F401 (fixture)
+from tgpt_util import run_env, tgpt  # noqa: F401 (fixture)
 from test_run_sh import SAMPLES, copy_repo_with_data_tools, job_pids, launcher_env, last_line, run_sh
 
 # What each run sets over its recipe's tiny preset, and why:
@@ -101,8 +101,8 @@ def run_0427(tmp_path_factory):
 
 
 def assert_run_sh_ran_the_tiny_preset(run: TinyRun) -> None:
-    """The preset for a CPU, the caller's settings kept over the preset's, the recipe's sample and run.sh's last
-    line."""
+    """The preset for a CPU, the caller's settings kept over the preset's, the recipe's sample (found where run.sh
+    looks for it) and run.sh's last line."""
     first = run.stdout.splitlines()[0]
     assert first.startswith("preset: tiny (no usable NVIDIA GPU"), run.stdout[:500]
     kept = dict(word.split("=", 1) for word in first.partition("kept from the environment: ")[2].split())
@@ -110,6 +110,7 @@ def assert_run_sh_ran_the_tiny_preset(run: TinyRun) -> None:
     assert not set(run.preset_settings) & set(OVERRIDES[run.recipe]), run.preset_settings
     assert run.config["recipe"] == run.recipe and run.config["iterations"] == str(run.iterations)
     assert run.config["vocab_size"] == "8192"  # the recipe's sample and tokenizer, not the 1024-token ones
+    assert "building the bundled sample" not in run.stdout  # the one built here lies at the recipe's default paths
     assert last_line(run.stdout).startswith("run.sh: done in ")
 
 
