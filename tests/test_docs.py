@@ -96,7 +96,7 @@ def test_the_records_example_works_word_for_word_after_the_quick_start(tmp_path)
     """README's records example failed as written: its --baseline was the repository's 1xH100 folder, whose data no
     run on the bundled sample shares. Its commands run here word for word on a copy of the repository (the
     2026-03-23 recipe's tiny preset end to end through run.sh), with the sample built beforehand with fewer
-    val documents and fewer, smaller steps set in the environment, so that it takes a minute."""
+    val documents and fewer, smaller steps and one TTT epoch set in the environment, so that it takes a minute."""
     text = README.read_text(encoding="utf-8")
     block = re.search(r"## Making and checking a record folder\n.*?```bash\n(.*?)```", text, re.S).group(1)
     root = tmp_path / "clone"
@@ -115,7 +115,7 @@ def test_the_records_example_works_word_for_word_after_the_quick_start(tmp_path)
     assert built.returncode == 0, built.stderr
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=root, capture_output=True, text=True,
                          env=run_env({"PYTHON": sys.executable, "ITERATIONS": "3", "WARMUP_STEPS": "1",
-                                      "TRAIN_BATCH_TOKENS": "4096"}), timeout=900)
+                                      "TRAIN_BATCH_TOKENS": "4096", "TTT_EPOCHS": "1"}), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("\nrun.sh: done in ") == 1 and "preset: tiny (" in out.stdout
     folders = list((root / "records" / "track_non_record_16mb").glob("*_Tiny_CPU"))

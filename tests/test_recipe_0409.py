@@ -2,7 +2,7 @@
 lists, looping, parallel residuals, skip gates, bf16 RoPE tables, same-seed init) against references written from
 SPEC_0409 §4, MuonEq-R and clipping of the reduced gradients (a hand computation; 2 gloo ranks vs 1), the
 wallclock-fraction warmdown with the GPTQ reserve in the real training loop, the Hessians of the GPTQ calibration,
-the kernel probes at the recipe's shapes, and the whole pipeline on the CPU."""
+and the kernel probes at the recipe's shapes. The whole pipeline on the CPU: tests/test_run_sh_recipes.py."""
 import math
 import re
 import subprocess
@@ -17,8 +17,7 @@ from torch import nn
 
 from test_eval import ListLogger
 from test_gptq import record_0409_shapes
-from tgpt_util import (REPO, TINY_0409_ENV, require_triton, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
-                       tiny_data_8192)
+from tgpt_util import REPO, TINY_0409_ENV, require_triton, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
 
 CPU = torch.device("cpu")
 
@@ -605,39 +604,5 @@ def test_kernel_probes_run_at_the_model_shapes(tgpt, monkeypatch, backend, repea
     assert seen == {"qk": (64, 16, device, 8, 4, repeat), "mlp": (512, device, 2048)}
 
 
-# ---- the whole pipeline ----
-
-def test_tiny_04_09_pipeline_on_the_cpu(tgpt, tiny_data_8192, tmp_path):
-    """RECIPE=2026-04-09 end to end through the trainer on an 8192-vocab dataset built by data/build_shards.py:
-    shuffled loader, the looped compile warm-up, looping switched on at 35% (step 7 of 20), GPTQ from Hessians of
-    calibration batches (6 blocks x 6 matrices + tok_emb), the artifact (the MLP matrices, made wider here than
-    the 65,536-element passthrough limit, int6; tok_emb int8), the round trip, the sliding window and legal TTT on
-    the looped reloaded model."""
-    env = dict(TINY_0409_ENV, **tiny_data_8192["env"])
-    env.update(MODEL_DIM="128", MLP_MULT="5", ITERATIONS="20", WARMUP_STEPS="2", TRAIN_LOG_EVERY="5",
-               TRAIN_BATCH_TOKENS="2048",  # half TINY_0409_ENV's: the 8192-vocab steps take most of the time
-               VAL_LOSS_EVERY="10", RUN_ID="r0409", GPTQ_CALIBRATION_BATCHES="4", TTT_CHUNK_TOKENS="2048",
-               EVAL_STRIDE="32", EVAL_BATCH_SEQS="16")
-    out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    for line in ("loop_warmup:enabled encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]", "loop_warmup_step:2/2",
-                 "layer_loop:enabled step:7 frac:0.350 encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]",
-                 "GPTQ:collecting Hessians from calibration data...", "ema:applying EMA weights"):
-        assert line in lines, line
-    assert any(line.startswith("train_data loader:shuffled") for line in lines)
-    assert any(re.fullmatch(r"GPTQ:collected 37 Hessians in [\d.]+s", line) for line in lines)
-    for key in ("final_int6_roundtrip_exact", "final_int6_sliding_window_exact", "legal_ttt_exact"):
-        assert any(line.startswith(key + " val_loss:") for line in lines), key
-    train = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/20 train_loss:([\d.]+)", out.stdout)}
-    assert train[20] < train[1] - 1.0
-    log = (tmp_path / "logs" / "r0409.txt").read_text()
-    assert "config:recipe=2026-04-09" in log and "config:vocab_size=8192" in log
-    tensors, meta = tgpt.deserialize_artifact((tmp_path / "logs" / "r0409" / "final_model.int6.ptz").read_bytes())
-    kinds = {}
-    for name, kind in meta.items():
-        kinds.setdefault(kind if isinstance(kind, str) else kind["type"], []).append(name)
-    assert kinds["int8"] == ["tok_emb.weight"] and sorted(kinds["int6"]) == sorted(
-        f"blocks.{i}.mlp.{part}.weight" for i in range(6) for part in ("fc", "proj"))
-    assert all(tensors[name].dtype == torch.float16 for name in kinds["passthrough"])
+# The whole pipeline (the recipe's tiny preset through run.sh, its loader, looping, GPTQ, artifact and evals) runs
+# once, for its tests there, in tests/test_run_sh_recipes.py.

@@ -1,19 +1,17 @@
 """RECIPE=2026-04-27, model side (SPEC_0427 §4, §11, §12): the recipe table, the full-size parameter
 count and dtypes, the same-seed initial weights of the record's draw order (§12), the BOS-masked
 SmearGate, the sparse attention gate and the two-lane decoder against a forward written from the spec, the GPTQ
-Hessians of that forward (attn.proj's input after the gate), the settings' checks and the tiny pipeline on the CPU."""
+Hessians of that forward (attn.proj's input after the gate) and the settings' checks. The tiny pipeline on the CPU:
+tests/test_run_sh_recipes.py."""
 import math
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tgpt_util import (REPO, TINY_0409_ENV, TINY_0427_ENV, run_env, tgpt, tiny_data,  # noqa: F401 (fixtures)
-                       tiny_data_short_val)
+from tgpt_util import TINY_0427_ENV, tgpt  # noqa: F401 (fixture)
 
 CPU = torch.device("cpu")
 
@@ -388,52 +386,5 @@ def test_hessians_are_x_transpose_x_of_the_spec_inputs(tgpt):
         assert torch.allclose(sums.double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item()), name
 
 
-# ---- the whole pipeline ----
-
-def test_tiny_04_27_pipeline_on_the_cpu(tgpt, tiny_data_short_val, tmp_path):
-    """RECIPE=2026-04-27 end to end through the trainer on the tiny 1024-vocab data (CaseOps data comes with another
-    issue): the document loader and its attention, the recipe's model (two lanes, both gates), the looped
-    compile warm-up, looping from 35% (step 5 of 12), GPTQ from 37 Hessians, an artifact that holds the new
-    parameters, the strictly reloaded artifact's phased LoRA TTT (one global SGD phase, the record's keys) on the
-    looped model, no round-trip or sliding-window eval (the recipe's defaults), eval_time split into its parts;
-    validation on 8 documents (two TTT batches)."""
-    data = tiny_data_short_val["env"]
-    env = dict(TINY_0427_ENV, DATA_PATH=data["DATA_PATH"], TOKENIZER_PATH=data["TOKENIZER_PATH"], MODEL_DIM="128",
-               MLP_MULT="5", ITERATIONS="12", TRAIN_LOG_EVERY="4", RUN_ID="r0427", GPTQ_CALIBRATION_BATCHES="2",
-               TTT_CHUNK_TOKENS="1024", EVAL_STRIDE="64", EVAL_BATCH_SEQS="64", TTT_LORA_RANK="8", TTT_DOC_BATCH="4", TTT_LORA_CHUNK="64",
-               TTT_PHASE_DOCS="2")
-    out = subprocess.run([sys.executable, str(REPO / "train_gpt.py")], cwd=tmp_path, env=run_env(env),
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    with torch.device("meta"):
-        params = sum(p.numel() for p in tgpt.GPT(tgpt.Hyperparameters.from_env(env)).parameters())
-    for line in ("model_params:%d" % params, "loop_warmup:enabled encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]",
-                 "layer_loop:enabled step:5 frac:0.417 encoder:[0, 1, 2, 3, 2] decoder:[3, 2, 3, 4, 5]"):
-        assert line in lines, line
-    assert any(re.fullmatch(r"GPTQ:collected 37 Hessians in [\d.]+s", line) for line in lines)
-    # the recipe's data path: packed documents (SPEC_0427 §3, §5), Hessians from shuffled sequences (§8.1)
-    assert any(line.startswith("train_data loader:documents shards:") for line in lines)
-    assert any(line.startswith("train_data loader:shuffled ") for line in lines)
-    assert re.search(r"^doc_attention_backend:sdpa \(auto; fa3_varlen unavailable .* packed_rows_qk_kernel:torch",
-                     out.stdout, re.M)
-    # §0.4: the last training read on the training clock: the loop's before its stop, the Hessians' after it
-    stop_ms = float(re.search(r"^step:12/12 val_loss:\S+ val_bpb:\S+ train_time:(\d+)ms", out.stdout, re.M).group(1))
-    hessian_s = float(re.search(r"^GPTQ:collected 37 Hessians in ([\d.]+)s", out.stdout, re.M).group(1))
-    reads = [float(v) for v in re.findall(r"^train_data:last_read_ms:(\d+)", out.stdout, re.M)]
-    assert len(reads) == 2 and 0 < reads[0] <= stop_ms + 1
-    assert stop_ms - 1 <= reads[1] <= stop_ms + 1000 * hessian_s + 100
-    for key in ("quantized_ttt_phased", "legal_ttt_exact"):
-        assert any(line.startswith(key + " val_loss:") for line in lines), key
-    assert not any(line.startswith(("final_int6_sliding_window", "final_int6_roundtrip")) for line in lines)
-    assert any(line.startswith("ttt_phased:phase after_batches:1 docs:2 ") for line in lines)
-    total = int(re.search(r"^eval_time:(\d+)ms \(deserialization, .*\)$", out.stdout, re.M).group(1))
-    split = re.search(r"^eval_time_split deserialize:(\d+)ms ttt_warmup:(\d+)ms "
-                      r"ttt_loop:(\d+)ms other:(-?\d+)ms$", out.stdout, re.M)
-    assert split and abs(sum(map(int, split.groups())) - total) <= 5, split  # the parts add up to eval_time
-    train = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/12 train_loss:([\d.]+)", out.stdout)}
-    assert train[12] < train[1] - 1.0, train
-    assert "config:recipe=2026-04-27" in (tmp_path / "logs" / "r0427.txt").read_text()
-    _, meta = tgpt.deserialize_artifact((tmp_path / "logs" / "r0427" / "final_model.int6.ptz").read_bytes())
-    new = {"smear_gate.weight", "smear_lambda", "parallel_post_lambdas", "parallel_resid_lambdas"}
-    assert new | {f"blocks.{i}.attn.attn_gate_w" for i in range(6)} <= set(meta)
+# The whole pipeline (the recipe's tiny preset through run.sh on CaseOps data, its documents loader, looping, GPTQ,
+# artifact and phased TTT) runs once, for its tests there, in tests/test_run_sh_recipes.py.

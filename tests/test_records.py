@@ -16,7 +16,7 @@ from typing import Tuple
 import pytest
 from scipy import stats
 
-from tgpt_util import REPO, run_env, tiny_data  # noqa: F401 (fixture)
+from tgpt_util import REPO, run_env, tiny_data, tiny_data_short_val  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(REPO))
 import records.make  # noqa: E402
@@ -139,15 +139,16 @@ def edit_after_source(path: Path, edit) -> None:
 
 # ---- shared fixtures: two real runs, completed logs, a baseline folder, a good record folder ----
 @pytest.fixture(scope="module")
-def real_logs(tiny_data, tmp_path_factory):
-    """Two real tiny CPU runs of train_gpt.py (seeds 1337, 42), ~7 s each; the trainer's file logs."""
+def real_logs(tiny_data_short_val, tmp_path_factory):
+    """Two real tiny CPU runs of train_gpt.py (seeds 1337, 42); the trainer's file logs. Validation on a few
+    documents: what is read from the logs does not depend on the val set."""
     workdir = tmp_path_factory.mktemp("record_runs")
     settings = dict(RUN_SETTINGS)
     if "ttt_chunk_tokens" in hyperparameter_defaults(SCRIPT.read_text(encoding="utf-8")):
         settings.update(EVAL_SETTINGS)
     logs = {}
     for seed in SEEDS:
-        env = run_env(dict(tiny_data["env"], **settings, SEED=str(seed), RUN_ID="rec_seed%d" % seed))
+        env = run_env(dict(tiny_data_short_val["env"], **settings, SEED=str(seed), RUN_ID="rec_seed%d" % seed))
         result = subprocess.run([sys.executable, str(SCRIPT)], cwd=workdir, env=env, capture_output=True,
                                 text=True, timeout=900)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]

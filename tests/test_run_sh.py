@@ -148,8 +148,13 @@ def test_cpu_preset_applies_with_data_paths_set_and_exported_settings_win(tmp_pa
     assert last_line(out.stdout).endswith("(nothing started; logs/%s.console.txt removed, RUN_ID=%s is free)"
                                           % (run_id, run_id))
     assert not [name for name in os.listdir(root / "logs") if name.startswith(run_id)]
-    again = run_sh(root, env)
-    assert again.returncode == 2 and "already exists" not in again.stdout, again.stdout[-3000:]
+    # the same RUN_ID again passes run.sh's check of it; a Python that lacks a requirement then stops run.sh at its
+    # set-up, right after that check (not the trainer's second start-up)
+    fake_python(tmp_path / "bin" / "python", tmp_path / "block", "sentencepiece")
+    (tmp_path / "block").touch()
+    again = run_sh(root, dict(env, PYTHON=str(tmp_path / "bin" / "python")))
+    assert again.returncode == 1 and "already exists" not in again.stdout, again.stdout[-3000:]
+    assert "setup: PYTHON=%s lacks: sentencepiece>=0.2" % (tmp_path / "bin" / "python") in again.stdout
 
 
 def copy_repo_with_data_tools(tmp_path: Path) -> Path:
@@ -171,15 +176,26 @@ SAMPLES = {
                    "fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model")}
 
 
+# A stand-in trainer that names the settings it was started with, then stops as a refused configuration would.
+SETTINGS_TRAINER = """
+import os, sys
+names = ("RECIPE", "NUM_HEADS", "MODEL_DIM", "LOOP_START", "PARALLEL_START_LAYER", "DATA_PATH", "TOKENIZER_PATH")
+print("error: started with " + " ".join("%s=%s" % (name, os.environ.get(name)) for name in names))
+sys.exit(2)
+"""
+
+
 @pytest.mark.parametrize("recipe, scaled", [
     ("2026-04-09", "LOOP_START=2 LOOP_END=3 PARALLEL_RESIDUAL_START=4"),
     ("2026-04-27", "LOOP_START=2 LOOP_END=3 PARALLEL_START_LAYER=4")])
 def test_a_later_recipe_builds_its_own_sample_and_gets_its_own_tiny_preset(tmp_path, run_id, recipe, scaled):
     """With no dataset named, run.sh builds the recipe's bundled sample (2026-04-09: 8192 tokens; 2026-04-27: CaseOps
     text, 8192 tokens) into the recipe's default paths, and the tiny preset is the recipe's scaled model (its loops and
-    its parallel residuals or two lanes on the echoed command); NUM_HEADS=3 from the caller stops the trainer at its
-    config check. RECIPE=2026-04-27 used to be refused over the 2026-03-23 preset's WARMDOWN_ITERS and NUM_LAYERS."""
+    its parallel residuals or two lanes on the echoed command), given to the trainer with the caller's NUM_HEADS=3
+    (a stand-in here: that the real trainer takes each preset and trains on its sample, tests/test_run_sh_recipes.py
+    shows). RECIPE=2026-04-27 used to be refused over the 2026-03-23 preset's WARMDOWN_ITERS and NUM_LAYERS."""
     root = copy_repo_with_data_tools(tmp_path)
+    (root / "train_gpt.py").write_text(SETTINGS_TRAINER)
     build, dataset, tokenizer = SAMPLES[recipe]
     out = run_sh(root, launcher_env(run_id, {"RECIPE": recipe, "NUM_HEADS": "3"}))
     lines = out.stdout.splitlines()
@@ -189,8 +205,11 @@ def test_a_later_recipe_builds_its_own_sample_and_gets_its_own_tiny_preset(tmp_p
     assert list((root / "data" / "datasets" / dataset).glob("fineweb_train_*.bin"))
     command = next(line for line in lines if line.startswith("+ RUN_ID="))
     assert scaled in command and "GPTQ_CALIBRATION_BATCHES=8" in command and "WARMDOWN_ITERS" not in command
-    assert out.returncode == 2 and "MODEL_DIM=" in last_line(out.stdout), out.stdout[-3000:]
-    assert "must be divisible by NUM_HEADS=3" in last_line(out.stdout)
+    started = {"RECIPE": recipe, "NUM_HEADS": "3", "MODEL_DIM": "64", "LOOP_START": "2",
+               "PARALLEL_START_LAYER": "4" if recipe == "2026-04-27" else "None", "DATA_PATH": "None",
+               "TOKENIZER_PATH": "None"}  # the recipe's default paths are the trainer's to resolve
+    assert out.returncode == 2 and last_line(out.stdout).startswith("run.sh: FAILED (exit 2): started with " + " ".join(
+        "%s=%s" % item for item in started.items()) + " ("), out.stdout[-3000:]
 
 
 def test_help_names_every_recipe_and_an_unknown_recipe_is_refused(tmp_path, run_id, tgpt):

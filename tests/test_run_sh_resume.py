@@ -7,18 +7,19 @@ import signal
 import subprocess
 import sys
 
-from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tiny_data  # noqa: F401 (fixture)
+from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tiny_data, tiny_data_short_val  # noqa: F401 (fixtures)
 from test_run_sh import copy_repo, last_line, launcher_env, run_id, run_sh, start_and_wait_for  # noqa: F401
 
 
-def test_ctrl_c_then_resume_latest_through_run_sh_finishes_the_run_and_makes_a_record(tmp_path, tiny_data, run_id):
+def test_ctrl_c_then_resume_latest_through_run_sh_finishes_the_run_and_makes_a_record(tmp_path, tiny_data_short_val,
+                                                                                        run_id):
     root = copy_repo(tmp_path)
     (root / "records").mkdir()
     for source in (REPO / "records").glob("*.py"):
         shutil.copy(source, root / "records" / source.name)
-    first = dict(TINY_MODEL_ENV, DATA_PATH=tiny_data["env"]["DATA_PATH"], TOKENIZER_PATH=tiny_data["env"][
-        "TOKENIZER_PATH"], ITERATIONS="8", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="0", TTT_ENABLED="0",
-                 CHECKPOINT_ON_SIGNAL="1")
+    data = tiny_data_short_val["env"]  # a few val documents: the end-of-run evals only have to run
+    first = dict(TINY_MODEL_ENV, DATA_PATH=data["DATA_PATH"], TOKENIZER_PATH=data["TOKENIZER_PATH"], ITERATIONS="8",
+                 TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="0", TTT_ENABLED="0", CHECKPOINT_ON_SIGNAL="1")
     output = tmp_path / "first.txt"
     proc = start_and_wait_for(root, launcher_env(run_id, first), output, "step:2/")
     proc.send_signal(signal.SIGINT)  # Ctrl-C at a terminal

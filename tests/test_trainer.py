@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data  # noqa: F401 (fixtures)
+from tgpt_util import REPO, TINY_MODEL_ENV, run_env, tgpt, tiny_data, tiny_data_short_val  # noqa: F401 (fixtures)
 
 
 # ---- configuration ----
@@ -296,8 +296,8 @@ def parse_losses(stdout: str, key: str) -> dict:
     return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step:(\d+)/\d+ [^\n]*?%s:([\d.]+)" % key, stdout)}
 
 
-def test_tiny_model_loss_falls_and_log_has_the_record_lines(tgpt, tiny_data, tmp_path):
-    env = dict(tiny_data["env"], ITERATIONS="20", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="10", RUN_ID="falls",
+def test_tiny_model_loss_falls_and_log_has_the_record_lines(tgpt, tiny_data_short_val, tmp_path):
+    env = dict(tiny_data_short_val["env"], ITERATIONS="20", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="10", RUN_ID="falls",
                WARMDOWN_ITERS="20", LATE_QAT_THRESHOLD="0.5", EMA_ENABLED="0", SWA_ENABLED="1", SWA_EVERY="2",
                MUON_BETA2="0.9")
     stdout = run_trainer(env, tmp_path)
@@ -321,12 +321,12 @@ def test_tiny_model_loss_falls_and_log_has_the_record_lines(tgpt, tiny_data, tmp
         "outputs: log:logs/falls.txt model:logs/falls/final_model.pt artifact:logs/falls/final_model.int6.ptz")
 
 
-def test_two_ranks_match_one_rank_with_the_same_global_batch(tiny_data, tmp_path):
+def test_two_ranks_match_one_rank_with_the_same_global_batch(tiny_data_short_val, tmp_path):
     """2 gloo ranks x grad_accum 4 vs 1 rank x grad_accum 8: same spans, Parallel Muon's reduce-scatter /
     all-gather vs the local path. Clipping is off: the record clips each rank's local grads, which is a
     different function of the batch by design. No final evaluation: what is compared is in the step lines
     (test_eval.py::test_two_ranks_give_the_one_rank_results compares the final evaluation on 2 ranks with 1)."""
-    env = dict(tiny_data["env"], ITERATIONS="6", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="3", GRAD_CLIP_NORM="0",
+    env = dict(tiny_data_short_val["env"], ITERATIONS="6", TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="3", GRAD_CLIP_NORM="0",
                FINAL_EVAL="0")
     one = run_trainer(dict(env, RUN_ID="one"), tmp_path)
     two = run_trainer(dict(env, RUN_ID="two"), tmp_path, nproc=2)

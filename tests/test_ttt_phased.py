@@ -1,6 +1,6 @@
 """TTT_MODE=lora_phased (SPEC_0427 §10) on a tiny random 2026-04-27 model and synthetic documents: each target scored
 once and before anything trains on it (across phases), the LoRA forward against dense weights, which documents are
-scored before each phase and trained on in it (§10.5's rule made deterministic) at 1, 2 and 4 gloo ranks, the
+scored before each phase and trained on in it (§10.5's rule made deterministic) at 1 and 4 gloo ranks, the
 schedule at the record's 8 ranks, a batch of another size on fresh adapters (§12), and ranks that finish early
 waiting in a collective, not on files."""
 import functools
@@ -164,13 +164,15 @@ def test_lora_nll_reads_the_first_rows_of_the_eval_length_rope_table(tgpt):
         assert torch.equal(got, expected), (length, (got - expected).abs().max())
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 4])
+# 1 process, and 4 gloo ranks: several ranks besides the slow rank 0, each holding a batch when a phase starts. 2 ranks
+# run the same code, for ~20 CPU-s of start-up more.
+@pytest.mark.parametrize("world_size", [1, 4])
 def test_the_ranks_score_and_train_on_the_spec_documents_at_each_phase(tgpt, tmp_path, world_size):
     """tests/scripts/ttt_phased_ranks.py on 1 process or on W gloo ranks (40 documents in 14 batches of 3, the
     longest alone first; rank 0 slowed by DELAY per batch): over all ranks, exactly the targets of the queue batches
     that spec_phases says are scored before phase k are scored before it (each target once, overall), every rank
-    trains on spec_phases' documents, all ranks report the same result, and none opens a file during the eval. At 2
-    ranks the other rank waits for rank 0 inside collectives (>= one DELAY per phase)."""
+    trains on spec_phases' documents, all ranks report the same result, and none opens a file during the eval. On
+    several ranks the others wait for rank 0 inside collectives (>= one DELAY per phase each)."""
     tokens = synthetic_tokens(docs=40)
     docs, queue, phases = spec_phases(tokens, 3, (3, 7), world_size)
     assert len(queue) == 14 and [held for held, _ in phases] == [1 + world_size, 2 + world_size]
@@ -193,9 +195,9 @@ def test_the_ranks_score_and_train_on_the_spec_documents_at_each_phase(tgpt, tmp
         assert record["gathered"] == [docs_k for _, docs_k in phases]
         assert record["result"] == records[0]["result"]
         assert record.get("opened", []) == []
-    if world_size == 2:
-        waited = sum(seconds for _, seconds in records[1]["waits"])
-        assert waited >= 2 * DELAY, records[1]["waits"]  # rank 0 takes each segment's first batch
+    for record in records[1:]:
+        waited = sum(seconds for _, seconds in record["waits"])
+        assert waited >= 2 * DELAY, record["waits"]  # rank 0 takes each segment's first batch
 
 
 def test_the_schedule_at_8_ranks_gives_the_records_phases_and_balances_the_ranks(tgpt):

@@ -167,19 +167,3 @@ def run_env(extra: dict) -> dict:
     env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
-
-
-@pytest.fixture(scope="session")
-def tiny_data_8192(tmp_path_factory):
-    """The 2026-04-09 recipe's vocabulary built the way README says: `data/build_shards.py --vocab-size 8192` on the
-    bundled sample (tokenizer trained on all 4,000 documents), here with the first 16 documents as val. Returns the
-    env that points the trainer at it."""
-    import subprocess
-    root = tmp_path_factory.mktemp("tiny_data_8192")
-    command = [sys.executable, str(REPO / "data" / "build_shards.py"), "--vocab-size", "8192", "--val-docs", "16",
-               "--out-dir", str(root / "ds"), "--tokenizer-out", str(root / "sp.model"), "--no-progress",
-               "--workers", "1"]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=run_env({}))
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return {"root": root, "env": {"DATA_PATH": str(root / "ds"), "TOKENIZER_PATH": str(root / "sp.model"),
-                                  "VOCAB_SIZE": "8192"}}
