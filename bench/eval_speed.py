@@ -213,7 +213,7 @@ def warmup(args) -> None:
     model.requires_grad_(False).eval()
     lora = tg.BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
-                                  weight_decay=h.ttt_lora_wd)
+                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # as phased_ttt_eval's
     nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
     result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
                                                                              optimizer))
