@@ -17,7 +17,7 @@ estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cos
           at each phase every rank waits for the last, then all run the phase's SGD chunks.
 
   python3 bench/eval_speed.py evals [--nproc 2] [--parts train,sliding,full,phased] [--artifact A.ptz] [--out DIR]
-  python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json]
+  python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json] [--compile-mode MODE]
   python3 bench/eval_speed.py estimate --cost startup.json --val .carry/wiki_caseops --world 1,2,4
   python3 bench/eval_speed.py estimate --cost startup.json --record-logs ../shared/caseops/record_0427_seed*.log \\
       --world 8
@@ -32,7 +32,7 @@ batches of 64 documents; the others' longest interpolated, lengths inside a batc
 its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines, at 8 GPUs; used at every
 world size). Not modelled: the SGD gradients' all-reduce, per-batch host work, any compile inside the loop (the
 warm-up compiles before it)."""
-import argparse, glob, json, math, os, re, sys, time
+import argparse, functools, glob, json, math, os, re, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +199,7 @@ def warmup(args) -> None:
         return (time.perf_counter() - begin) / repeats
 
     def report():
+        result["peak_mib"] = torch.cuda.max_memory_allocated() // 2**20 if dist_info.is_cuda else None
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
         print("\nRECIPE=%s on %s; total %.1f s" % (h.recipe, result["device"], time.perf_counter() - started))
@@ -214,6 +215,8 @@ def warmup(args) -> None:
     lora = tg.BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
                                   weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # as phased_ttt_eval's
+    if args.compile_mode:  # the trainer's LoRA graph in another torch.compile mode (reduce-overhead: CUDA graphs)
+        torch.compile = functools.partial(torch.compile, mode=result.setdefault("compile_mode", args.compile_mode))
     nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
     result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
                                                                              optimizer))
@@ -386,6 +389,7 @@ def main() -> None:
     warm.add_argument("--budget", type=float, default=280.0)
     warm.add_argument("--repeats", type=int, default=5)
     warm.add_argument("--json", help="also write the measurements here (the cost model of `estimate`)")
+    warm.add_argument("--compile-mode", help="torch.compile mode for the LoRA step (default: the trainer's)")
     sim = modes.add_parser("estimate", help="the phased TTT's loop time from the cost model (CPU)")
     sim.add_argument("--cost", required=True, help="`warmup --json` output")
     source = sim.add_mutually_exclusive_group(required=True)
