@@ -2817,8 +2817,8 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
                f"lora_rank:{h.ttt_lora_rank} chunk:{h.ttt_lora_chunk} context:{h.effective_eval_seq_len}")
     model.requires_grad_(False).eval()
     lora = BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
-    optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,  # fused: one
-                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # kernel, not ~200 per step
+    optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
+                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # 1 kernel a step, not ~200
     nll_fn = make_lora_nll(h, dist_info, model, lora)
     if compile_enabled(h, dist_info):
         warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer)

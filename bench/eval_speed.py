@@ -216,7 +216,8 @@ def warmup(args) -> None:
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
                                   weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # as phased_ttt_eval's
     if args.compile_mode:  # the trainer's LoRA graph in another torch.compile mode (reduce-overhead: CUDA graphs)
-        torch.compile = functools.partial(torch.compile, mode=result.setdefault("compile_mode", args.compile_mode))
+        result["compile_mode"] = args.compile_mode
+        torch.compile = functools.partial(torch.compile, mode=args.compile_mode)
     nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
     result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
                                                                              optimizer))
