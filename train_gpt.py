@@ -76,13 +76,12 @@ RECIPES["2026-04-27"] = dict(
     RECIPES["2026-04-09"], data_path="./data/datasets/fineweb10B_sp8192_lossless_caps_caseops_v1_reserved",
     tokenizer_path="./data/tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model", qk_gain_init=5.0,
     parallel_residual_start=-1, parallel_start_layer=8, smear_gate_enabled=True, sparse_attn_gate_enabled=True,
-    sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, init_mlp_after_attention=True,
-    matrix_lr=0.026, muon_momentum=0.97,
-    muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1, gptq_reserve_seconds=8.0,
-    val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0, rope_ntk=False,
-    muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
-    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1, roundtrip_eval=False, sliding_eval=False,
-    mlp_clip_sigmas=11.5, attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
+    sparse_attn_gate_scale=0.5, gate_window=12, init_linear_draws=False, init_mlp_after_attention=True, matrix_lr=0.026,
+    muon_momentum=0.97, muon_dtype="bf16", beta2=0.99, grad_clip_scope="local", warmdown_frac=0.85, min_lr=0.1,
+    gptq_reserve_seconds=8.0, val_loss_every=0, gptq_calibration_batches=16, embed_bits=7, embed_clip_sigmas=14.0,
+    rope_ntk=False, muon_ns_coefficients="polar_express", train_loader="documents", gptq_calibration_loader="shuffled",
+    ttt_mode="lora_phased", ttt_lr=0.001, ttt_epochs=1, roundtrip_eval=False, sliding_eval=False, mlp_clip_sigmas=11.5,
+    attn_clip_sigmas=13.0, attn_gate_int8=True, lqer_rank=4, compressor="pergroup",
     control_tensor_name_patterns=RECIPES["2026-04-09"]["control_tensor_name_patterns"]
     + ",parallel_post_lambdas,parallel_resid_lambdas,attn_gate_w,smear_gate,smear_lambda")
 
@@ -224,6 +223,7 @@ class Hyperparameters:
     ttt_doc_batch: int = 64  # lora_phased: documents per step, one adapter set each
     ttt_lora_chunk: int = 48  # lora_phased: targets of a document scored, then trained on, per step
     ttt_phase_docs: str = "833,1666,2500"  # lora_phased: global SGD on the scored documents after these many; "": none
+    ttt_cuda_graphs: bool = True  # lora_phased, compiled on a GPU: LoRA steps replay CUDA graphs (recorded in warm-up)
     # Data path: background batch producers, pinned memory, side-stream H2D copies (SPEC §10)
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
@@ -294,8 +294,7 @@ class Hyperparameters:
             (phases_bad, "TTT_PHASE_DOCS=%r: expected increasing positive integers like '833,1666,2500', or empty"
              % self.ttt_phase_docs),
             (self.ttt_mode == "lora_phased" and self.ttt_lora_chunk > length, "TTT_LORA_CHUNK=%d must be <= "
-             "EVAL_SEQ_LEN=%d (a chunk's context)"
-             % (self.ttt_lora_chunk, length)),
+             "EVAL_SEQ_LEN=%d (a chunk's context)" % (self.ttt_lora_chunk, length)),
             (patterns and any(not part.strip() for part in patterns.split(",")),
              "CONTROL_TENSOR_NAME_PATTERNS=%r has an empty entry" % patterns),
             (self.train_shuffle_seed == "rank_and_seed" and self.seed < 0,
@@ -1068,9 +1067,6 @@ class GPT(nn.Module):
             return self.ce_op(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), self.logit_softcap).mean()
         logits = self.logits_from_hidden(self.forward_hidden(ids, None, cu_seqlens))
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-
-    def forward_logits(self, ids: Tensor) -> Tensor:
-        return self.logits_from_hidden(self.forward_hidden(ids))
 
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None,
                        cu_seqlens: Optional[Tensor] = None, lora: Optional["BatchedLoRA"] = None,
@@ -1953,8 +1949,7 @@ def select_kernels(h: Hyperparameters, dist_info: DistInfo) -> Dict[str, Tuple[s
                 head_dim, h.rope_dims, device, h.num_heads, h.num_kv_heads, repeat)),
             "mlp": kernel("MLP_KERNEL", h.mlp_kernel, mlp_rule, lambda: _probe_mlp_kernel(
                 dim, device, int(h.mlp_mult * dim))),
-            "ce": kernel("CE_KERNEL", h.ce_kernel, "", lambda: _probe_ce_kernel(
-                h.vocab_size, h.logit_softcap, device))}
+            "ce": kernel("CE_KERNEL", h.ce_kernel, "", lambda: _probe_ce_kernel(h.vocab_size, h.logit_softcap, device))}
 
 def select_attention_backend(h: Hyperparameters, dist_info: DistInfo) -> Tuple[str, str]:
     """FA3 on Hopper, else the first SDPA backend that runs (Hopper: cuDNN first), or ATTN_BACKEND. Each SDPA backend
@@ -2694,6 +2689,9 @@ def ttt_schedule(batch_docs: Sequence[int], costs: Sequence[float], boundaries: 
         start = end
     return phases, assignment
 
+def lora_cuda_graphs(h, dist_info) -> bool:
+    return h.ttt_cuda_graphs and dist_info.is_cuda and compile_enabled(h, dist_info)
+
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
     hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
@@ -2705,9 +2703,14 @@ def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
         logits = model.logits_from_hidden(hidden, capped=False, lora=lora)  # the softcap in the autocast dtype (bf16),
         logits = model.logit_softcap * torch.tanh(logits / model.logit_softcap)  # as the record's (SPEC_0427 §12)
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-    compiled = torch.compile(nll, fullgraph=True) if compile_enabled(h, dist_info) else nll
+    compiled, graphs = nll, lora_cuda_graphs(h, dist_info)  # graphs: a small step is CPU-bound (~2,800 launches)
+    if compile_enabled(h, dist_info):
+        compiled = torch.compile(nll, fullgraph=True, mode="reduce-overhead" if graphs else None)
+        torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None  # a graph per (rows, length): by design
     cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
     def call(x: Tensor, y: Tensor, picks: Tensor) -> Tensor:
+        if graphs:  # the last step's outputs are dead: its graphs' memory is reused
+            torch.compiler.cudagraph_mark_step_begin()
         rope = (cos[:x.size(1)], sin[:x.size(1)], swap)
         for tensor, dim in ((x, 0), (x, 1), (y, 0), (picks, 0), (rope[0], 0), (rope[1], 0)):
             torch._dynamo.maybe_mark_dynamic(tensor, dim)
@@ -2756,9 +2759,9 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
 def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer) -> None:
     """On random tokens (no val data): the global SGD's forward + backward on a packed row of this rank's share of a
     chunk (gradients dropped: its kernels' first-use compiles and autotuning happen here, not in phase 1, where every
-    rank would wait); a LoRA step (forward, backward, AdamW) at each row length with all rows, then with each smaller
-    power of 2 >= 2 of rows (the first compiles the dynamic graph, the rest check that nothing else does); then
-    restores the adapters' first draw."""
+    rank would wait); a LoRA step (forward, backward, AdamW) at every row count a step can have and every row length
+    (the first compiles the dynamic graph, the rest check that nothing else does; with CUDA graphs each shape runs
+    twice: the second call records its graphs, which the loop then replays); then restores the adapters' first draw."""
     ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
     generator = torch.Generator(device).manual_seed(h.seed)
     seqs = min(h.ttt_batch_seqs, ceil_div(h.ttt_chunk_tokens // h.train_seq_len, dist_info.world_size))
@@ -2770,7 +2773,8 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
     loss.backward()
     model.eval().requires_grad_(False).zero_grad(set_to_none=True)
     lengths = sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)})
-    for seq_len, n in [(n, rows) for n in lengths] + [(lengths[0], 1 << k) for k in range(1, (rows - 1).bit_length())]:
+    counts = sorted({rows} | {1 << k for k in range(1, (rows - 1).bit_length())}, reverse=True)  # lora_step_rows's
+    for n, seq_len in [(n, t) for n in counts for t in lengths for _ in range(1 + lora_cuda_graphs(h, dist_info))]:
         x, y = (torch.randint(0, h.vocab_size, (n, width), device=device, generator=generator)
                 for width in (seq_len, h.ttt_lora_chunk))
         picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(n, 1)
@@ -2814,7 +2818,8 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
     phases, assignment = ttt_schedule([docs.numel() for docs in queue], costs, boundaries, dist_info.world_size)
     logger.log(f"ttt_phased:start docs:{len(spans)} batches:{len(queue)} phases:{phases} "
-               f"lora_rank:{h.ttt_lora_rank} chunk:{h.ttt_lora_chunk} context:{h.effective_eval_seq_len}")
+               f"lora_rank:{h.ttt_lora_rank} chunk:{h.ttt_lora_chunk} context:{h.effective_eval_seq_len} "
+               f"cuda_graphs:{int(lora_cuda_graphs(h, dist_info))}")
     model.requires_grad_(False).eval()
     lora = BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
@@ -2900,11 +2905,8 @@ def rebank_state_dict(flat: dict, banked_template: dict) -> dict:
             if name in BANK_LAYOUT else flat[name] for name, like in banked_template.items()}
 
 def tensor_category(name: str) -> str:
-    if "tok_emb" in name or "lm_head" in name:
-        return "embed"
-    if ".mlp." in name:
-        return "mlp"
-    return "attn" if ".attn." in name or ".proj." in name else "other"
+    return ("embed" if "tok_emb" in name or "lm_head" in name else "mlp" if ".mlp." in name
+            else "attn" if ".attn." in name or ".proj." in name else "other")
 
 def quantization_plan(h: Hyperparameters, name: str, tensor: Tensor) -> tuple:
     """-> (kind, bits, clip sigmas): non-float or small: passthrough (fp16); rowclip (SPEC §7.4): mlp/attn int6, the
@@ -3656,9 +3658,8 @@ def run_final_evaluation(h, dist_info, logger, model: nn.Module, averages, val: 
     for stride in ([h.eval_stride] + ([RECORD_EVAL_STRIDE] if record_stride else [])) * h.sliding_eval:
         label = "final_int6_sliding_window" + ("" if stride == h.eval_stride else f"_s{stride}")
         results[label] = timed_eval(  # the record's parsers want stride 64's line too
-            dist_info, logger, label, exact=True, extra=f"stride:{stride} ", split=split,
-            evaluate=lambda: sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes,
-                                                 stride))
+            dist_info, logger, label, exact=True, extra=f"stride:{stride} ", split=split, evaluate=lambda:
+            sliding_window_eval(h, dist_info, eval_model, eval_forward, tokens, val.target_bytes, stride))
     if h.ttt_enabled and h.ttt_mode == "full":
         results["legal_ttt"] = timed_eval(dist_info, logger, "legal_ttt", exact=True, split=split, evaluate=lambda:
                                           ttt_eval(h, dist_info, logger, eval_model, eval_forward, tokens,
@@ -3697,8 +3698,7 @@ def run(h: Hyperparameters, dist_info: DistInfo, logger: Logger, environ, signal
     base_model, compiled = make_model(), compile_enabled(h, dist_info)
     base_model.set_qat(h.qat_enabled)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if compiled else base_model
-    for line in [
-            "model_params:%d" % sum(p.numel() for p in base_model.parameters()),
+    for line in ["model_params:%d" % sum(p.numel() for p in base_model.parameters()),
             "XSA:last_%d active_layers:%s"
             % (h.xsa_last_n, [i for i, block in enumerate(base_model.blocks) if block.attn.use_xsa]),
             "world_size:%d grad_accum_steps:%d" % (dist_info.world_size, dist_info.grad_accum_steps),

@@ -387,7 +387,7 @@ def test_plain_eval_of_a_documents_model_scores_each_target_in_its_own_document(
             pieces = [(a + 64 * k, min(a + 64 * k + 64, b)) for a, b in zip(cuts, cuts[1:])
                       for k in range(ceil(b - a))]
             for a, b in pieces:
-                logits = model.forward_logits(tokens[None, a:b])
+                logits = model.logits_from_hidden(model.forward_hidden(tokens[None, a:b]))
                 total += torch.nn.functional.cross_entropy(logits[0], tokens[a + 1:b + 1], reduction="sum").item()
     want = total / (64 * 7)
     periodic = tgpt.plain_eval(h, tgpt.DistInfo(0, 1, CPU), model, data)

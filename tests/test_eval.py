@@ -101,7 +101,8 @@ def reference_sliding(ev, h, model, data, stride):
             end = min(ws + window_len, num_targets)
             x, y = tokens[ws:end][None], tokens[ws + 1:end + 1][None]
             first = 0 if ws == 0 else window_len - stride
-            nll = F.cross_entropy(model.forward_logits(x)[0, first:], y[0, first:], reduction="none")
+            logits = model.logits_from_hidden(model.forward_hidden(x))
+            nll = F.cross_entropy(logits[0, first:], y[0, first:], reduction="none")
             nll_sum += nll.double().sum().item()
             target_count += nll.numel()
             byte_count += data.target_bytes[ws + first:end].sum().item()
@@ -517,8 +518,10 @@ def test_reloaded_artifact_gives_exactly_the_dequantized_logits(ev, tmp_path, sm
     expected_model.load_state_dict(ev.rebank_state_dict(flat, template), strict=True)
     ids = torch.randint(0, h.vocab_size, (3, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert torch.equal(reloaded.forward_logits(ids), expected_model.forward_logits(ids))
-        assert not torch.equal(reloaded.forward_logits(ids), model.forward_logits(ids))  # it was quantized
+        reloaded_logits, expected_logits, trained_logits = (m.logits_from_hidden(m.forward_hidden(ids))
+                                                            for m in (reloaded, expected_model, model))
+        assert torch.equal(reloaded_logits, expected_logits)
+        assert not torch.equal(reloaded_logits, trained_logits)  # it was quantized
     for name, value in reloaded.state_dict().items():
         assert value.dtype == template[name].dtype and value.shape == template[name].shape
 

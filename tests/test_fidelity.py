@@ -208,7 +208,8 @@ def reference_plain(tg, model, data, seq_len) -> tuple:
     with torch.no_grad():
         for start in range(0, (tokens.numel() - 1) // seq_len * seq_len, seq_len):
             x, y = tokens[start:start + seq_len][None], tokens[start + 1:start + seq_len + 1][None]
-            nll += torch.nn.functional.cross_entropy(model.forward_logits(x)[0], y[0], reduction="sum").item()
+            logits = model.logits_from_hidden(model.forward_hidden(x))
+            nll += torch.nn.functional.cross_entropy(logits[0], y[0], reduction="sum").item()
             count += seq_len
             byte_count += data.target_bytes[start:start + seq_len].sum().item()
     return tg.bits_per_byte(nll, count, byte_count)

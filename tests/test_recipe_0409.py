@@ -268,7 +268,7 @@ def test_forward_is_spec_0409_forward(tgpt, looping):
     model.looping = looping
     ids = torch.randint(0, h.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        got = model.forward_logits(ids)
+        got = model.logits_from_hidden(model.forward_hidden(ids))
         want = spec_0409_forward(tgpt, h, model, ids, looping)
         assert (got - want).abs().max() < 2e-5
         # the reference tells the variants apart, so the agreement above means something
@@ -282,7 +282,7 @@ def test_skip_gate_chooses_between_the_stream_and_the_skip(tgpt):
     h = tiny(tgpt)
     ids = torch.randint(0, h.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
     model = randomized(tgpt, h)
-    logits = lambda: model.forward_logits(ids)  # noqa: E731
+    logits = lambda: model.logits_from_hidden(model.forward_hidden(ids))  # noqa: E731
     with torch.no_grad():
         model.skip_gates.fill_(30.0)
         kept = logits()

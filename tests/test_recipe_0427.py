@@ -282,16 +282,16 @@ def test_forward_is_spec_0427_forward(tgpt, looping):
     assert first_two_lane < min(len(encoder), model.skip_weights.size(0))  # it gets a skip, with a weight not 0
     assert model.skip_weights[first_two_lane].abs().min() > 0
     with torch.no_grad():
-        got = model.forward_logits(ids)
+        got = model.logits_from_hidden(model.forward_hidden(ids))
         want = spec_0427_forward(tgpt, h, model, ids, looping)
         assert (got - want).abs().max() < 2e-5
         for variant in ("no_bos_mask", "skip_into_lane1", "post_transposed", "lanes_after_skip"):
             assert (spec_0427_forward(tgpt, h, model, ids, looping, variant=variant) - want).abs().max() > 1e-3
         # each new feature changes the output (so the agreement covers it)
         model.smear_lambda.zero_()
-        assert (model.forward_logits(ids) - got).abs().max() > 1e-2
+        assert (model.logits_from_hidden(model.forward_hidden(ids)) - got).abs().max() > 1e-2
         model.blocks[3].attn.attn_gate_w.fill_(1e3)  # gate 1 on every head of block 3
-        assert (model.forward_logits(ids) - got).abs().max() > 1e-2
+        assert (model.logits_from_hidden(model.forward_hidden(ids)) - got).abs().max() > 1e-2
 
 
 def test_smear_gate_bos_mask_keeps_documents_apart(tgpt):

@@ -3,6 +3,7 @@ once and before anything trains on it (across phases), the LoRA forward against 
 scored before each phase and trained on in it (§10.5's rule made deterministic) at 1 and 4 gloo ranks, the
 schedule at the record's 8 ranks, a batch of another size on fresh adapters (§12), and ranks that finish early
 waiting in a collective, not on files."""
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -240,10 +241,12 @@ def test_the_settings_are_checked_at_start_up(tgpt):
     assert info.value.errors == ["TTT_LORA_CHUNK=4096 must be <= EVAL_SEQ_LEN=2048 (a chunk's context)"]
 
 
-def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, monkeypatch):
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_warm_up_runs_the_sgd_and_every_step_shape_and_leaves_no_trace(tgpt, monkeypatch, cuda_graphs):
     """warm_up_lora_ttt on random tokens: one train-mode forward + backward of the base model on a packed row of this
-    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at each row length
-    with TTT_DOC_BATCH rows, then at the shortest with each smaller power of 2 >= 2 of rows;
+    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at every row count a
+    step can have (TTT_DOC_BATCH rows, or a power of 2 >= 2) and every row length, most rows first; with CUDA graphs
+    each shape twice in a row (the first call warms up, the second records the graph the loop replays);
     afterwards the base weights are bit-identical, frozen, without gradients and in eval mode, the AdamW state is
     empty and the adapters are the first draw again (B = 0, A as a fresh BatchedLoRA's)."""
     h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_CHUNK_TOKENS="256", TTT_BATCH_SEQS="1"))
@@ -262,13 +265,17 @@ def test_warm_up_runs_the_sgd_and_every_row_length_and_leaves_no_trace(tgpt, mon
         return model_forward(self, x, y, *packed)
     monkeypatch.setattr(type(model), "forward", recorded_forward)
     nll = tgpt.make_lora_nll(h, dist_info, model, lora)
+    assert not tgpt.lora_cuda_graphs(h, dist_info)  # CPU: no CUDA graphs (with or without TORCH_COMPILE=1)
+    assert not tgpt.lora_cuda_graphs(dataclasses.replace(h, torch_compile="1"), dist_info)
+    monkeypatch.setattr(tgpt, "lora_cuda_graphs", lambda *args: cuda_graphs)
     tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
                           lora, optimizer)
     assert len(forwards) == 1
     shape, training, grads, (cu_seqlens,) = forwards[0]
     assert shape == (1, h.train_seq_len) and training and all(grads)  # TTT_BATCH_SEQS=1 of 256 // 64 sequences
     assert cu_seqlens.numel() % tgpt.CU_SEQLENS_BUCKET == 0 and int(cu_seqlens[-1]) == h.train_seq_len
-    assert shapes == [(3, 64), (3, 128), (2, 64)]  # EVAL_SEQ_LEN=128's row lengths, then fewer rows (not 1)
+    expected = [(3, 64), (3, 128), (2, 64), (2, 128)]  # 3 or 2 rows (never 1), EVAL_SEQ_LEN=128's row lengths
+    assert shapes == [shape for shape in expected for _ in range(1 + cuda_graphs)]
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert not model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
     assert not optimizer.state

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         ids = torch.tensor([prompt], device=device)
         with torch.no_grad():
             for _ in range(args.tokens):
-                logits = model.forward_logits(ids[:, -h.train_seq_len:])[0, -1].float()
+                logits = model.logits_from_hidden(model.forward_hidden(ids[:, -h.train_seq_len:]))[0, -1].float()
                 if args.temperature <= 0:
                     token = logits.argmax()
                 else:
