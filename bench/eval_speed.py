@@ -7,8 +7,8 @@ evals     a short RECIPE=2026-04-27 model (unless --artifact), then on its artif
           on --nproc GPUs, with each rank's own scoring seconds.
 warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt; then
           the cost model of `estimate`: ms per LoRA step (forward + backward + AdamW) at each row length on
-          TTT_DOC_BATCH rows ("lora_step_ms") and on 32, 8 and 2 rows ("lora_step_ms_rows_<n>": a step computes only
-          the rows whose documents go on), and per global-SGD forward + backward at world sizes 1, 2, 4, 8 (one
+          TTT_DOC_BATCH rows ("lora_step_ms") and on each power of 2 >= 2 below ("lora_step_ms_rows_<n>": a step
+          computes only the rows whose documents go on: every shape it can have), and per global-SGD forward + backward at world sizes 1, 2, 4, 8 (one
           rank's share of a TTT_CHUNK_TOKENS chunk); each the mean of --repeats after an untimed one.
 estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cost model for a val set (--val: our
           shards' documents; --record-logs: the record's FineWeb val set from its logs) at each world size: each
@@ -225,7 +225,7 @@ def warmup(args) -> None:
         print("%-32s %8.1f s" % (label, seconds), flush=True)
     ctx, chunk, device = h.effective_eval_seq_len, h.ttt_lora_chunk, dist_info.device
     generator = torch.Generator(device).manual_seed(0)
-    counts = sorted({h.ttt_doc_batch} | {1 << k for k in range(1, (h.ttt_doc_batch - 1).bit_length(), 2)},
+    counts = sorted({h.ttt_doc_batch} | {1 << k for k in range(1, (h.ttt_doc_batch - 1).bit_length())},
                     reverse=True)
     print("\nLoRA step: rows, row length, ms (a step computes the rows whose documents go on, a power of 2 of them)")
     for rows, seq_len in [(n, length) for n in counts
