@@ -56,7 +56,8 @@ CHOICES = {  # the values a setting of a fixed set accepts
     "grad_clip_scope": ("local", "reduced"), "compressor": COMPRESSORS, "torch_compile": ("auto", "0", "1"),
     "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch"),
     "doc_attn_backend": ("auto", "fa3_varlen", "fa4_varlen", "torch_varlen", "flex", "sdpa"),
-    "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased")}
+    "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased"),
+    "ttt_warmup_shapes": ("all", "rank")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
 RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
@@ -224,6 +225,7 @@ class Hyperparameters:
     ttt_lora_chunk: int = 48  # lora_phased: targets of a document scored, then trained on, per step
     ttt_phase_docs: str = "833,1666,2500"  # lora_phased: global SGD on the scored documents after these many; "": none
     ttt_cuda_graphs: bool = True  # lora_phased, compiled on a GPU: LoRA steps replay CUDA graphs (recorded in warm-up)
+    ttt_warmup_shapes: str = "all"  # LoRA step shapes the warm-up runs: all 36 (rows, length), or "rank": its batches'
     # Data path: background batch producers, pinned memory, side-stream H2D copies (SPEC §10)
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
@@ -623,8 +625,7 @@ class ShardFormatError(DataError):
 
 def _read_shard_header(path: str, file) -> int:
     """The token count N of an open shard, after checking its header and its size."""
-    size = os.fstat(file.fileno()).st_size
-    header = file.read(SHARD_HEADER_BYTES)
+    size, header = os.fstat(file.fileno()).st_size, file.read(SHARD_HEADER_BYTES)
     if len(header) != SHARD_HEADER_BYTES:
         raise ShardFormatError(f"{path}: {size} bytes, shorter than the {SHARD_HEADER_BYTES}-byte header")
     magic, version, num_tokens = (int(word) for word in np.frombuffer(header, dtype="<i4")[:3])
@@ -1753,8 +1754,7 @@ def _qkv_launches(qkv: Tensor, head_dim: int, num_heads: int, rope_dims: int, ha
                   plain_v: bool) -> list:
     """Per part q, k, v of qkv: (heads, grid, (rows, heads, seq_len, the part's first column, x's strides), meta)."""
     batch, seq_len, width = qkv.shape
-    kv_heads = (width // head_dim - num_heads) // 2
-    launches = []
+    kv_heads, launches = (width // head_dim - num_heads) // 2, []
     for part, (heads, column) in enumerate(((num_heads, 0), (kv_heads, num_heads * head_dim),
                                             (kv_heads, (num_heads + kv_heads) * head_dim))):
         rows = batch * seq_len * heads
@@ -1850,8 +1850,7 @@ def _mlp_launch(launch: dict, a: Tensor, outer: int) -> tuple:
     return (torch.sym_max(tiles, 1),), meta
 
 def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    rows = x.reshape(-1, x.size(-1)).contiguous()
-    w_up = w_up.contiguous()
+    rows, w_up = x.reshape(-1, x.size(-1)).contiguous(), w_up.contiguous()
     hidden_dim, dim = w_up.shape
     act = rows.new_empty(rows.size(0), hidden_dim)
     hidden = rows.new_empty(rows.size(0) if save_hidden else 0, hidden_dim)
@@ -1863,8 +1862,7 @@ def _mlp_forward(x: Tensor, w_up: Tensor, w_down: Tensor, save_hidden: bool) -> 
 
 def _mlp_backward(grad: Tensor, x: Tensor, w_up: Tensor, w_down: Tensor, hidden: Tensor, act: Tensor,
                   need_x: bool, need_w_up: bool, need_w_down: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    grad_rows = grad.reshape(-1, grad.size(-1)).contiguous()
-    rows = x.reshape(-1, x.size(-1))
+    grad_rows, rows = grad.reshape(-1, grad.size(-1)).contiguous(), x.reshape(-1, x.size(-1))
     w_down = w_down.contiguous()
     hidden_dim, dim = w_up.shape
     d_hidden = hidden.new_empty(hidden.shape)
@@ -2301,8 +2299,7 @@ class ByteTables:
 
 def build_byte_tables(sp, vocab_size: int) -> ByteTables:
     """SPEC §8 byte accounting for a SentencePiece model (on the CPU); its vocab must equal VOCAB_SIZE."""
-    base = np.zeros(vocab_size, dtype=np.int64)
-    space = np.zeros(vocab_size, dtype=np.bool_)
+    base, space = np.zeros(vocab_size, dtype=np.int64), np.zeros(vocab_size, dtype=np.bool_)
     boundary = np.ones(vocab_size, dtype=np.bool_)
     for token_id in range(sp.vocab_size()):
         if sp.is_control(token_id) or sp.is_unknown(token_id) or sp.is_unused(token_id):
@@ -2369,8 +2366,7 @@ def load_validation_data(h: Hyperparameters, sp, device: torch.device) -> Valida
     """The val tokens and each target's byte count: from the byte sidecar if there is one, else from the pieces."""
     paths = list_shards(h.val_files, "validation")
     shards = [load_data_shard(path) for path in paths]
-    tokens = np.concatenate(shards)
-    seq_len = max(h.train_seq_len, h.effective_eval_seq_len)
+    tokens, seq_len = np.concatenate(shards), max(h.train_seq_len, h.effective_eval_seq_len)
     usable = ((tokens.size - 1) // seq_len) * seq_len
     if usable <= 0:
         raise DataError("validation shards %s hold %d tokens: fewer than one sequence of %d + 1"
@@ -2458,10 +2454,8 @@ def build_window_batch(tokens: Tensor, window_starts: Tensor, seq_len: int, stri
     unscored (causal attention keeps them from scored ones); a start >= num_targets is all padding."""
     num_targets = tokens.numel() - 1
     positions = window_starts[:, None] + torch.arange(seq_len, device=tokens.device)
-    inside = positions < num_targets
-    safe = positions.clamp_max(num_targets - 1)
-    x = torch.where(inside, tokens[safe].long(), 0)
-    y = torch.where(inside, tokens[safe + 1].long(), 0)
+    inside, safe = positions < num_targets, positions.clamp_max(num_targets - 1)
+    x, y = torch.where(inside, tokens[safe].long(), 0), torch.where(inside, tokens[safe + 1].long(), 0)
     score_mask = inside & (positions >= window_first_scored(window_starts, seq_len, stride)[:, None])
     return x, y, score_mask
 
@@ -2660,13 +2654,21 @@ def lora_step_rows(going_on: int, rows: int) -> int:
 
 TTT_STEP_FLOOR_TOKENS = 32_768  # a LoRA step costs at least as much as this many row-tokens (its per-step overhead)
 
+def lora_steps(h, lengths: Sequence[int]) -> List[Tuple[int, int]]:
+    """(rows, row length) of each LoRA step lora_ttt_batch runs on a batch of documents with these target counts."""
+    chunk, ctx, lengths = h.ttt_lora_chunk, h.effective_eval_seq_len, np.sort(lengths)
+    return [(lora_step_rows(len(lengths) - int(np.searchsorted(lengths, step * chunk, side="right")), h.ttt_doc_batch),
+             lora_context((step + 1) * chunk, ctx)) for step in range(ceil_div(int(lengths[-1]), chunk))]
+
+def lora_shapes(h) -> List[Tuple[int, int]]:
+    """Every (rows, row length) a LoRA step can have (lora_step_rows's, lora_context's), most rows first."""
+    counts = sorted({lora_step_rows(n, h.ttt_doc_batch) for n in range(1, h.ttt_doc_batch + 1)}, reverse=True)
+    ends = range(h.ttt_lora_chunk, h.effective_eval_seq_len + h.ttt_lora_chunk, h.ttt_lora_chunk)
+    return [(n, t) for n in counts for t in sorted({lora_context(end, h.effective_eval_seq_len) for end in ends})]
+
 def lora_batch_cost(h, lengths: Sequence[int]) -> int:
-    """The schedule's cost model of a batch (its documents' target counts): row-tokens of the LoRA steps that
-    lora_ttt_batch runs, each at least TTT_STEP_FLOOR_TOKENS."""
-    chunk, ctx, rows, lengths = h.ttt_lora_chunk, h.effective_eval_seq_len, h.ttt_doc_batch, np.sort(lengths)
-    return sum(max(TTT_STEP_FLOOR_TOKENS, lora_context((step + 1) * chunk, ctx) * lora_step_rows(
-        len(lengths) - int(np.searchsorted(lengths, step * chunk, side="right")), rows))
-        for step in range(ceil_div(int(lengths[-1]), chunk)))
+    """The schedule's cost model of a batch: row-tokens of its steps (lora_steps), each >= TTT_STEP_FLOOR_TOKENS."""
+    return sum(max(TTT_STEP_FLOOR_TOKENS, rows * seq_len) for rows, seq_len in lora_steps(h, lengths))
 
 def ttt_schedule(batch_docs: Sequence[int], costs: Sequence[float], boundaries: Sequence[int], world_size: int):
     """SPEC_0427 §10.3/§10.5 made deterministic: phase k after the queue batch that reaches boundary k and the W - 1
@@ -2756,14 +2758,13 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
             (torch.where(scored, nll, 0.0) * weight[:, None]).sum().backward()
             optimizer.step()
 
-def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer) -> None:
+def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer, shapes) -> None:
     """On random tokens (no val data): the global SGD's forward + backward on a packed row of this rank's share of a
     chunk (gradients dropped: its kernels' first-use compiles and autotuning happen here, not in phase 1, where every
-    rank would wait); a LoRA step (forward, backward, AdamW) at every row count a step can have and every row length
-    (the first compiles the dynamic graph, the rest check that nothing else does; with CUDA graphs each shape runs
-    twice: the second call records its graphs, which the loop then replays); then restores the adapters' first draw."""
-    ctx, rows, device = h.effective_eval_seq_len, h.ttt_doc_batch, dist_info.device
-    generator = torch.Generator(device).manual_seed(h.seed)
+    rank would wait); a LoRA step (forward, backward, AdamW) at each (rows, row length) of `shapes` (the first compiles
+    the dynamic graph, the rest check that nothing else does; with CUDA graphs each shape runs twice: the second call
+    records its graphs, which the loop then replays); then restores the adapters' first draw."""
+    generator, device = torch.Generator(dist_info.device).manual_seed(h.seed), dist_info.device
     seqs = min(h.ttt_batch_seqs, ceil_div(h.ttt_chunk_tokens // h.train_seq_len, dist_info.world_size))
     row = torch.randint(0, h.vocab_size, (1, seqs * h.train_seq_len + 1), device=device, generator=generator)
     cu_seqlens = document_cu_seqlens(row[0, :-1].cpu().numpy(), BOS_ID, h.train_seq_len, CU_SEQLENS_BUCKET)
@@ -2772,9 +2773,7 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
         loss = model(row[:, :-1], row[:, 1:], torch.from_numpy(cu_seqlens).to(device))
     loss.backward()
     model.eval().requires_grad_(False).zero_grad(set_to_none=True)
-    lengths = sorted({lora_context(end, ctx) for end in range(h.ttt_lora_chunk, ctx + h.ttt_lora_chunk)})
-    counts = sorted({rows} | {1 << k for k in range(1, (rows - 1).bit_length())}, reverse=True)  # lora_step_rows's
-    for n, seq_len in [(n, t) for n in counts for t in lengths for _ in range(1 + lora_cuda_graphs(h, dist_info))]:
+    for n, seq_len in [shape for shape in shapes for _ in range(1 + lora_cuda_graphs(h, dist_info))]:
         x, y = (torch.randint(0, h.vocab_size, (n, width), device=device, generator=generator)
                 for width in (seq_len, h.ttt_lora_chunk))
         picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(n, 1)
@@ -2814,7 +2813,8 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     score on with fresh adapters. split gets the seconds of the warm-up (with the set-up) and of the loop."""
     started, spans = time.perf_counter(), document_spans(tokens)
     queue, order = ttt_queue(spans, h.ttt_doc_batch)
-    costs = [lora_batch_cost(h, (spans[docs, 1] - spans[docs, 0]).numpy()) for docs in queue]
+    lengths = [(spans[docs, 1] - spans[docs, 0]).numpy() for docs in queue]
+    costs = [lora_batch_cost(h, n) for n in lengths]
     boundaries = [int(part) for part in h.ttt_phase_docs.split(",") if part.strip()]
     phases, assignment = ttt_schedule([docs.numel() for docs in queue], costs, boundaries, dist_info.world_size)
     logger.log(f"ttt_phased:start docs:{len(spans)} batches:{len(queue)} phases:{phases} "
@@ -2825,8 +2825,10 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
                                   weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # 1 kernel a step, not ~200
     nll_fn = make_lora_nll(h, dist_info, model, lora)
-    if compile_enabled(h, dist_info):
-        warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer)
+    if compile_enabled(h, dist_info):  # TTT_WARMUP_SHAPES=rank: only the shapes this rank's batches will meet
+        mine = {shape for ranks in assignment for q in ranks[dist_info.rank] for shape in lora_steps(h, lengths[q])}
+        shapes = [shape for shape in lora_shapes(h) if h.ttt_warmup_shapes == "all" or shape in mine]
+        warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer, shapes)
     sync_device(dist_info)
     loop_started, busy, sums = time.perf_counter(), 0.0, torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     for segment, ranks in enumerate(assignment):
@@ -2842,8 +2844,7 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
         if segment < len(phases):
             paused = time.perf_counter()
             barrier(dist_info)  # the wait: until every rank has scored its batches before the phase
-            docs = phase_documents(order, queue, *phases[segment])
-            gathered = time.perf_counter()
+            docs, gathered = phase_documents(order, queue, *phases[segment]), time.perf_counter()
             stream = global_sgd_phase(h, dist_info, model, tokens, spans, docs)
             lora.reset(fresh_a=True)
             logger.log(f"ttt_phased:phase after_batches:{phases[segment][0]} docs:{docs.numel()} sgd_tokens:{stream} "
@@ -3072,8 +3073,7 @@ def serialize_artifact(tensors: dict, meta: dict, compressor: str, byte_shuffle:
     """torch.save of {"w": tensors, "m": meta}, BYTE_SHUFFLE'd, then lzma or brotli; COMPRESSOR=pergroup first
     rANS-codes the 2-D .q tensors by group (encode_pergroup), their words after the brotli part."""
     payload = {"w": tensors, "m": meta}
-    streams = encode_pergroup(payload) if compressor == "pergroup" else []
-    buffer = io.BytesIO()
+    streams, buffer = encode_pergroup(payload) if compressor == "pergroup" else [], io.BytesIO()
     torch.save(payload, buffer)
     raw = buffer.getvalue()
     if byte_shuffle and len(raw) >= 2:

@@ -220,16 +220,13 @@ def warmup(args) -> None:
         torch.compile = functools.partial(torch.compile, mode=args.compile_mode)
     nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
     result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
-                                                                             optimizer))
+                                                                             optimizer, tg.lora_shapes(h)))
     for label, seconds in result["seconds"].items():
         print("%-32s %8.1f s" % (label, seconds), flush=True)
-    ctx, chunk, device = h.effective_eval_seq_len, h.ttt_lora_chunk, dist_info.device
+    chunk, device = h.ttt_lora_chunk, dist_info.device
     generator = torch.Generator(device).manual_seed(0)
-    counts = sorted({h.ttt_doc_batch} | {1 << k for k in range(1, (h.ttt_doc_batch - 1).bit_length())},
-                    reverse=True)
     print("\nLoRA step: rows, row length, ms (a step computes the rows whose documents go on, a power of 2 of them)")
-    for rows, seq_len in [(n, length) for n in counts
-                          for length in sorted({tg.lora_context(end, ctx) for end in range(chunk, ctx + chunk)})]:
+    for rows, seq_len in tg.lora_shapes(h):  # every shape a step can have
         x = torch.randint(0, h.vocab_size, (rows, seq_len), device=device, generator=generator)
         y = torch.randint(0, h.vocab_size, (rows, chunk), device=device, generator=generator)
         picks = (seq_len - chunk + torch.arange(chunk, device=device)).repeat(rows, 1)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "tests" / "scripts"))
-from ttt_phased_ranks import DELAY, TTT_ENV, random_model, run_phased, synthetic_tokens  # noqa: E402
+from ttt_phased_ranks import DELAY, TTT_ENV, Quiet, random_model, run_phased, synthetic_tokens  # noqa: E402
 
 
 def spec_documents(tokens):
@@ -268,14 +268,14 @@ def test_warm_up_runs_the_sgd_and_every_step_shape_and_leaves_no_trace(tgpt, mon
     assert not tgpt.lora_cuda_graphs(h, dist_info)  # CPU: no CUDA graphs (with or without TORCH_COMPILE=1)
     assert not tgpt.lora_cuda_graphs(dataclasses.replace(h, torch_compile="1"), dist_info)
     monkeypatch.setattr(tgpt, "lora_cuda_graphs", lambda *args: cuda_graphs)
+    assert tgpt.lora_shapes(h) == [(3, 64), (3, 128), (2, 64), (2, 128)]  # 3 or 2 rows (never 1), EVAL_SEQ_LEN=128's
     tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
-                          lora, optimizer)
+                          lora, optimizer, tgpt.lora_shapes(h))
     assert len(forwards) == 1
     shape, training, grads, (cu_seqlens,) = forwards[0]
     assert shape == (1, h.train_seq_len) and training and all(grads)  # TTT_BATCH_SEQS=1 of 256 // 64 sequences
     assert cu_seqlens.numel() % tgpt.CU_SEQLENS_BUCKET == 0 and int(cu_seqlens[-1]) == h.train_seq_len
-    expected = [(3, 64), (3, 128), (2, 64), (2, 128)]  # 3 or 2 rows (never 1), EVAL_SEQ_LEN=128's row lengths
-    assert shapes == [shape for shape in expected for _ in range(1 + cuda_graphs)]
+    assert shapes == [shape for shape in [(3, 64), (3, 128), (2, 64), (2, 128)] for _ in range(1 + cuda_graphs)]
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert not model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
     assert not optimizer.state
@@ -336,7 +336,40 @@ def test_a_step_computes_only_the_rows_whose_documents_go_on_and_changes_nothing
         runs.append((calls, sums))
     (calls, got), (full_calls, expected) = runs
     assert calls[:10] == [4, 4, 2, 2, 2, 2, 2, 2, 2, 2] and full_calls[:10] == [5] * 10
+    # the steps' (rows, row length): 64 tokens while a window ends by target 64, then EVAL_SEQ_LEN's 128
+    assert tgpt.lora_steps(h, [150, 20, 70]) == [(4, 64)] * 2 + [(2, 64)] * 2 + [(2, 128)] * 6
     for a, b in zip(got, expected):
         a, b = (a, b) if isinstance(a, list) else ([a], [b])
         assert len(a) == len(b) and all(torch.allclose(u, v, rtol=0.0, atol=1e-9) for u, v in zip(a, b))
     assert got[0][1] == expected[0][1] == 20 + 70 + 150  # every target of the batch scored
+
+
+@pytest.mark.parametrize("which", ["all", "rank"])
+def test_the_warm_up_runs_every_shape_the_loop_meets(tgpt, monkeypatch, which):
+    """With the compile on (torch.compile a no-op here), phased_ttt_eval's warm-up runs the LoRA step at every
+    (rows, row length) a step can have (TTT_WARMUP_SHAPES=all) or at those of this rank's batches (rank), in
+    lora_shapes's order; every step of the loop then meets a shape the warm-up ran."""
+    import torch._inductor.config  # noqa: F401 (the real torch.compile imports it; make_lora_nll sets a value)
+    h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_WARMUP_SHAPES=which))
+    calls, warmed = [], []
+    make_lora_nll, warm_up_lora_ttt = tgpt.make_lora_nll, tgpt.warm_up_lora_ttt
+
+    def counted_nll(*args):
+        nll = make_lora_nll(*args)
+        return lambda x, y, picks: calls.append(tuple(x.shape)) or nll(x, y, picks)
+
+    def recorded_warm_up(*args):
+        warmed.extend(args[-1])
+        warm_up_lora_ttt(*args)
+        calls.clear()  # the loop's calls from here on
+    monkeypatch.setattr(tgpt, "compile_enabled", lambda *args: True)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    monkeypatch.setattr(tgpt, "make_lora_nll", counted_nll)
+    monkeypatch.setattr(tgpt, "warm_up_lora_ttt", recorded_warm_up)
+    tokens = synthetic_tokens(seed=1, docs=8)  # no batch holds 3 documents of more than 64 targets: no (3, 128) step
+    tgpt.phased_ttt_eval(h, tgpt.DistInfo(0, 1, torch.device("cpu")), Quiet(), random_model(tgpt, h), tokens,
+                         torch.ones(tokens.numel() - 1, dtype=torch.int32), {})
+    every = [(3, 64), (3, 128), (2, 64), (2, 128)]
+    met = set(calls)
+    assert calls and met <= set(warmed)
+    assert warmed == (every if which == "all" else [(3, 64), (2, 64), (2, 128)]) and met == {(3, 64), (2, 64), (2, 128)}
