@@ -225,7 +225,7 @@ class Hyperparameters:
     ttt_lora_chunk: int = 48  # lora_phased: targets of a document scored, then trained on, per step
     ttt_phase_docs: str = "833,1666,2500"  # lora_phased: global SGD on the scored documents after these many; "": none
     ttt_cuda_graphs: bool = True  # lora_phased, compiled on a GPU: LoRA steps replay CUDA graphs (recorded in warm-up)
-    ttt_warmup_shapes: str = "all"  # LoRA step shapes the warm-up runs: all 36 (rows, length), or "rank": its batches'
+    ttt_warmup_shapes: str = "all"  # (rows, length)s the warm-up steps at: all a step can have, or "rank": its batches'
     # Data path: background batch producers, pinned memory, side-stream H2D copies (SPEC §10)
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
