@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tgpt_util import REPO, TINY_0427_ENV, run_env, tgpt  # noqa: F401 (fixture)
+from tgpt_util import REPO, run_env, tgpt  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "tests" / "scripts"))
 from ttt_phased_ranks import DELAY, TTT_ENV, Quiet, random_model, run_phased, synthetic_tokens  # noqa: E402
