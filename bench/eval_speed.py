@@ -8,8 +8,9 @@ evals     a short RECIPE=2026-04-27 model (unless --artifact), then on its artif
 warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt; then
           the cost model of `estimate`: ms per LoRA step (forward + backward + AdamW) at each row length on
           TTT_DOC_BATCH rows ("lora_step_ms") and on each power of 2 >= 2 below ("lora_step_ms_rows_<n>": a step
-          computes only the rows whose documents go on: every shape it can have), and per global-SGD forward + backward at world sizes 1, 2, 4, 8 (one
-          rank's share of a TTT_CHUNK_TOKENS chunk); each the mean of --repeats after an untimed one.
+          computes only the rows whose documents go on: every shape it can have), and per global-SGD forward +
+          backward at world sizes 1, 2, 4, 8 (one rank's share of a TTT_CHUNK_TOKENS chunk); each the mean of
+          --repeats after an untimed one.
 estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cost model for a val set (--val: our
           shards' documents; --record-logs: the record's FineWeb val set from its logs) at each world size: each
           queue batch's LoRA steps at their row lengths on the rows the trainer computes (costs interpolated between
@@ -319,21 +320,18 @@ def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
     sgd_ms = {int(k): v for k, v in cost["sgd_ms"].items()}
     if world not in sgd_ms:
         sys.exit(f"--cost: no SGD step time for world size {world} (measured: {sorted(sgd_ms)})")
-    ctx, chunk, full = h.effective_eval_seq_len, h.ttt_lora_chunk, h.ttt_doc_batch
+    full = h.ttt_doc_batch
     compacted = any(key.startswith("lora_step_ms_rows_") for key in cost)
     costs = {rows: step_ms(cost, rows) for rows in range(1, full + 1)}
 
-    def batch_seconds(lengths: list) -> float:  # ascending; the trainer's row count per step
-        total = 0.0
-        for s in range(math.ceil(lengths[-1] / chunk)):
-            going_on = sum(1 for n in lengths if n > s * chunk)
-            total += costs[tg.lora_step_rows(going_on, full) if compacted else full](tg.lora_context((s + 1) * chunk,
-                                                                                                  ctx))
-        return total / 1e3
+    def batch_seconds(lengths: list) -> float:  # the trainer's steps (rows, row length)
+        return sum(costs[rows if compacted else full](seq_len) for rows, seq_len in tg.lora_steps(h, lengths)) / 1e3
     phases, assignment = tg.ttt_schedule([len(b) for b in batches], [tg.lora_batch_cost(h, b) for b in batches],
                                          boundaries, world)
     chunks = sgd_chunks(phases)
     seconds = [batch_seconds(lengths) for lengths in batches]
+    shapes = [len({s for ranks in assignment for q in ranks[rank] for s in tg.lora_steps(h, batches[q])})
+              for rank in range(world)]  # the step shapes each rank meets (what TTT_WARMUP_SHAPES=rank warms up)
     busy, loop_s, sgd_total = [0.0] * world, 0.0, 0.0
     for segment, ranks in enumerate(assignment):
         loads = [sum(seconds[q] for q in batches_of_rank) for batches_of_rank in ranks]
@@ -343,7 +341,7 @@ def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
             sgd_total += chunks[segment] * sgd_ms[world] / 1e3
     return dict(world=world, loop_s=loop_s + sgd_total, rank_busy_s=[round(b, 1) for b in busy], sgd_s=sgd_total,
                 phases=phases, batches=len(batches), longest_batch_s=max(seconds), total_gpu_s=sum(busy),
-                compacted=compacted)
+                compacted=compacted, shapes=shapes)
 
 def estimate(args) -> None:
     cost = json.loads(Path(args.cost).read_text())
@@ -367,12 +365,13 @@ def estimate(args) -> None:
              "row counts" if any(k.startswith("lora_step_ms_rows_") for k in cost) else
              "all (the cost file has no fewer-row timings; the trainer computed every row then)") + "\n")
     print("| world | phases (batches scored before, boundary) | predicted loop s | longest batch s | SGD s | "
-          "scoring GPU-s | per-rank scoring s |")
-    print("|---|---|---:|---:|---:|---:|---|")
+          "scoring GPU-s | per-rank scoring s | per-rank step shapes |")
+    print("|---|---|---:|---:|---:|---:|---|---|")
     for world in [int(w) for w in args.world.split(",") if w.strip()]:
         row = simulate(tg, h, batches, boundaries, chunks, cost, world)
         print(f"| {world} | {row['phases']} | {row['loop_s']:.1f} | {row['longest_batch_s']:.1f} | "
-              f"{row['sgd_s']:.1f} | {row['total_gpu_s']:.1f} | {row['rank_busy_s'] if world <= 8 else '...'} |")
+              f"{row['sgd_s']:.1f} | {row['total_gpu_s']:.1f} | {row['rank_busy_s'] if world <= 8 else '...'} | "
+              f"{row['shapes'] if world <= 8 else '...'} |")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

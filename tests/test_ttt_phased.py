@@ -269,6 +269,8 @@ def test_warm_up_runs_the_sgd_and_every_step_shape_and_leaves_no_trace(tgpt, mon
     assert not tgpt.lora_cuda_graphs(dataclasses.replace(h, torch_compile="1"), dist_info)
     monkeypatch.setattr(tgpt, "lora_cuda_graphs", lambda *args: cuda_graphs)
     assert tgpt.lora_shapes(h) == [(3, 64), (3, 128), (2, 64), (2, 128)]  # 3 or 2 rows (never 1), EVAL_SEQ_LEN=128's
+    record = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27"})  # 64, 32, … 2 rows by 64, 128, … 2,048 tokens
+    assert tgpt.lora_shapes(record) == [(1 << r, 1 << t) for r in range(6, 0, -1) for t in range(6, 12)]
     tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
                           lora, optimizer, tgpt.lora_shapes(h))
     assert len(forwards) == 1
