@@ -6,7 +6,7 @@ import atexit, base64, contextlib, copy, difflib, functools, glob, hashlib, impo
 import inspect, lzma, math, os, queue, random, re, shutil, signal, subprocess, sys, threading, time, tokenize, uuid
 import zlib
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 if __name__ == "__main__" and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # run, not imported: an
     os.environ.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="1000")  # idle OpenMP thread spins briefly, then sleeps
@@ -56,8 +56,7 @@ CHOICES = {  # the values a setting of a fixed set accepts
     "grad_clip_scope": ("local", "reduced"), "compressor": COMPRESSORS, "torch_compile": ("auto", "0", "1"),
     "muon_ns_coefficients": ("quintic", "polar_express"), "ce_kernel": ("auto", "triton", "torch"),
     "doc_attn_backend": ("auto", "fa3_varlen", "fa4_varlen", "torch_varlen", "flex", "sdpa"),
-    "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased"),
-    "ttt_warmup_shapes": ("all", "rank")}
+    "gptq_calibration_loader": ("train", "shuffled"), "ttt_mode": ("full", "lora_phased")}
 # RECIPE: a table of defaults per record. The dataclass defaults ARE 2026-03-23 (SPEC.md); a table lists what its
 # record changes (SPEC_0409 §1, §4-§7; QK_GAIN_INIT and TTT as the record ran them). The environment overrides both.
 RECIPES = {"2026-03-23": {}, "2026-04-09": dict(
@@ -225,7 +224,6 @@ class Hyperparameters:
     ttt_lora_chunk: int = 48  # lora_phased: targets of a document scored, then trained on, per step
     ttt_phase_docs: str = "833,1666,2500"  # lora_phased: global SGD on the scored documents after these many; "": none
     ttt_cuda_graphs: bool = True  # lora_phased, compiled on a GPU: LoRA steps replay CUDA graphs (recorded in warm-up)
-    ttt_warmup_shapes: str = "all"  # (rows, length)s the warm-up steps at: all a step can have, or "rank": its batches'
     # Data path: background batch producers, pinned memory, side-stream H2D copies (SPEC §10)
     train_prefetch: bool = True  # build train micro-batches in a background thread (0: in the train loop)
     train_prefetch_queue: int = 2  # micro-batches the producer may hold ready
@@ -260,7 +258,6 @@ class Hyperparameters:
         h = cls(**dict(values, run_id=values.get("run_id") or str(uuid.uuid4())))
         h.validate()
         return h
-
     def validate(self) -> None:
         """Raises one ConfigError listing every cross-field problem: a table of (failed, message) rows, then bounds."""
         heads, length, patterns = max(self.num_heads, 1), self.effective_eval_seq_len, self.control_tensor_name_patterns
@@ -356,7 +353,6 @@ class Hyperparameters:
                    in bounds.items() for name in names.split() if not test(getattr(self, name))]
         if errors:
             raise ConfigError(errors)
-
     def validate_for_world(self, world_size: int) -> None:
         """The launch's checks: WORLD_SIZE divides 8 and each of the 8 micro-batches holds whole sequences."""
         if world_size <= 0 or 8 % world_size != 0:
@@ -372,7 +368,6 @@ class Hyperparameters:
         errors = [message for failed, message in rows if failed]
         if errors:
             raise ConfigError(errors)
-
     ve_layer_indices = property(lambda self: tuple(int(part) for part in self.ve_layers.split(",") if part.strip())
                                 if self.ve_enabled else ())
     effective_eval_seq_len = property(lambda self: self.eval_seq_len if self.eval_seq_len > 0 else self.train_seq_len)
@@ -536,12 +531,10 @@ class Logger:
                                    "it away" % (run_id, taken[0])])
             self._file = open(self.path, "a" if resume else "x", encoding="utf-8")  # "x": not another run's log
             print("logfile:" + self.path, flush=True)
-
     def log(self, msg: str, console: bool = True) -> None:
         if self._file is not None:
             for stream in (sys.stdout, self._file) if console else (self._file,):
                 print(msg, file=stream, flush=True)
-
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -686,7 +679,6 @@ def sequential_host_batches(paths: Sequence[str], dist_info, rows: int, seq_len:
 class ShuffledSequences:
     """One rank's sampler of SPEC_0409 §3, bit for bit: whole sequences of seq_len + 1 tokens at a random phase per
     shard, without replacement, from a shard drawn with probability proportional to the sequences it has left."""
-
     def __init__(self, paths: Sequence[str], seq_len: int, seed):
         self.paths, self.seq_len, self.rng = list(paths), seq_len, np.random.default_rng(seed)  # PCG64
         self.tokens = []  # memmaps, opened once: gather() only reads them
@@ -698,7 +690,6 @@ class ShuffledSequences:
                                 f"one training sequence (TRAIN_LOADER=shuffled reads whole sequences)")
             self.tokens.append(np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(num_tokens,)))
         self._reset_all()
-
     def _reset_all(self) -> None:
         """A fresh phase, then a fresh permutation, per shard in file order (SPEC_0409 §3's RNG call order)."""
         self.starts, self.reset_rng = [], self.rng.bit_generator.state
@@ -707,15 +698,12 @@ class ShuffledSequences:
             phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
             self.starts.append(phase + self.rng.permutation((len(tokens) - 1 - phase) // self.seq_len) * self.seq_len)
         self.left = np.array([len(starts) for starts in self.starts], dtype=np.float64)  # the record's choice weights
-
     def state_dict(self) -> dict:  # the RNG state before the last reset (it redraws the permutations), now, and left
         return {"reset_rng": self.reset_rng, "rng": self.rng.bit_generator.state, "left": self.left.tolist()}
-
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["reset_rng"]
         self._reset_all()
         self.rng.bit_generator.state, self.left = state["rng"], np.array(state["left"], dtype=np.float64)
-
     def plan(self, rows: int) -> List[tuple]:
         """(shard, start) of the next `rows` sequences (all the RNG draws); a shard's starts pop from the end."""
         plan = []
@@ -726,7 +714,6 @@ class ShuffledSequences:
             self.left[shard] -= 1
             plan.append((shard, int(self.starts[shard][int(self.left[shard])])))
         return plan
-
     def gather(self, plan: Sequence[tuple], out: np.ndarray) -> None:
         """Sequence k of `plan` into out[0, k] (x, cast to out's dtype) and, shifted by one token, out[1, k] (y)."""
         for row, (shard, start) in enumerate(plan):
@@ -797,18 +784,14 @@ def document_host_batches(shards: Sequence[tuple], dist_info, row_tokens: int, s
 class TrainingClock:
     """Training time in ms, paused for evaluations; loaders stamp it at each batch they read, so last_read_ms is
     when the last training token was read on it (SPEC_0427 §0.4: GPTQ calibration reads resume it)."""
-
     def __init__(self, elapsed_ms: float = 0.0):
         self.started, self.elapsed_ms, self.last_read_ms = None, elapsed_ms, 0.0
-
     def now_ms(self) -> float:
         return self.elapsed_ms + (0.0 if self.started is None else 1000.0 * (time.perf_counter() - self.started))
-
     def run(self, running: bool) -> float:
         """Starts (resumes) or pauses the clock; returns the training time so far."""
         self.elapsed_ms, self.started = self.now_ms(), time.perf_counter() if running else None
         return self.elapsed_ms
-
     def stamped(self, batches: Iterator[tuple]) -> Iterator[tuple]:
         for batch in batches:  # a read while paused gets the paused time; the compile warm-up's reads, 0
             self.last_read_ms = self.now_ms()
@@ -822,7 +805,6 @@ class BackgroundIterator:
     through C-level SimpleQueues: RunStopped, raised wherever the main thread is, could leave a queue.Queue's
     lock held (just after its acquire, or at its __exit__), and close() would then wait for that lock for ever."""
     STOP_SECONDS = 10.0
-
     def __init__(self, source: Iterator, depth: int, device: torch.device, name: str):
         self.items, self.slots, self.stopped, self.end = queue.SimpleQueue(), queue.SimpleQueue(), False, None
         for _ in range(depth):
@@ -830,7 +812,6 @@ class BackgroundIterator:
         self.thread = threading.Thread(target=self._produce, args=(source, device), name=name, daemon=True)
         self.thread.start()
         atexit.register(self.close)
-
     def _produce(self, source: Iterator, device: torch.device) -> None:
         end = StopIteration()
         try:
@@ -844,7 +825,6 @@ class BackgroundIterator:
         except BaseException as error:  # handed to the consumer, which owns the process
             end = error
         self.items.put(end)
-
     def __next__(self):
         entry = self.end or self.items.get()
         if isinstance(entry, BaseException):
@@ -852,7 +832,6 @@ class BackgroundIterator:
             raise entry
         self.slots.put(None)
         return entry
-
     def close(self) -> None:
         atexit.unregister(self.close)
         self.stopped = True
@@ -868,12 +847,10 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
     With a copy stream, batch i+1's H2D is issued on it when batch i is handed out; compute waits on batch i's event
     and record_stream() stops the allocator reusing the memory early. Data wait: host time blocked in the source
     plus, on CUDA, timing events around each batch's wait or copy on the compute stream."""
-
     def __init__(self, source: Iterator, device: torch.device, use_copy_stream: bool):
         self.source, self.device, self.pending, self.closed, self.state = source, device, None, False, None
         self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" and use_copy_stream else None
         self.host_wait_seconds, self.event_pairs = 0.0, []
-
     def _fetch(self) -> tuple:
         """(host tensors, device copies, ready event, a train source's state) of the next item (copies: see below)."""
         start = time.perf_counter()
@@ -886,7 +863,6 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
         with torch.cuda.stream(self.copy_stream):
             copies = tuple(tensor.to(self.device, non_blocking=True) for tensor in host)
         return host, copies, self.copy_stream.record_event(), state
-
     def __next__(self) -> tuple:
         if self.closed:
             raise RuntimeError("batch feed is closed")
@@ -907,13 +883,10 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
                 tensor.record_stream(compute)
         self.event_pairs.append((before, compute.record_event(torch.cuda.Event(enable_timing=True))))
         return host, copies
-
     def next_batch(self) -> tuple:
         return next(self)[1]
-
     def state_dict(self):  # the source's state after the last batch handed out (the producer runs ahead)
         return self.state
-
     def wait_ms(self) -> float:
         """The data wait so far: host time blocked in the source + the compute stream's waits (syncs on the last)."""
         if self.event_pairs:
@@ -921,11 +894,9 @@ class DeviceBatchFeed(contextlib.AbstractContextManager, Iterator):
         self.host_wait_seconds += sum(before.elapsed_time(after) for before, after in self.event_pairs) / 1000.0
         self.event_pairs = []
         return 1000.0 * self.host_wait_seconds
-
     def close(self) -> None:  # idempotent
         self.closed, self.pending = True, None
         self.source.close()
-
     def __exit__(self, *exc_info) -> None:
         self.close()
 
@@ -998,7 +969,6 @@ def layer_orders(h: Hyperparameters) -> Dict[bool, Tuple[List[int], List[int]]]:
 class GPT(nn.Module):
     """U-Net GPT, block matrices in four banks (one Muon update each): qo_bank = [W_q x n, W_o x n], kv_bank =
     [W_k x n, W_v x n], mlp_up_bank, mlp_down_bank. Decoder step j adds the j-th latest encoder output (skip row j)."""
-
     def __init__(self, h: Hyperparameters):
         super().__init__()
         n, dim = h.num_layers, h.model_dim
@@ -1034,8 +1004,8 @@ class GPT(nn.Module):
         self.ve_layer_scales = nn.ParameterList(nn.Parameter(torch.ones(1)) for _ in self.ve_layers)
         self.lm_head = None if h.tie_embeddings else CastedLinear(dim, h.vocab_size)
         self.ce_op: Optional[Callable] = None  # the fused softcapped CE op when CE_KERNEL selects Triton
+        self.lora_block: Callable = block_call  # run_block's with TTT adapters (make_lora_nll may compile it)
         self._init_weights(h)
-
     @torch.no_grad()
     def _init_weights(self, h: Hyperparameters) -> None:
         """SPEC §4's draw order (so a seed gives the record's weights): constructors, tok_emb, banks, projections."""
@@ -1059,7 +1029,6 @@ class GPT(nn.Module):
         for module in self.modules():
             if isinstance(module, CastedLinear):
                 (nn.init.zeros_ if module is self.lm_head else nn.init.orthogonal_)(module.weight)
-
     def forward(self, ids: Tensor, targets: Tensor, cu_seqlens: Optional[Tensor] = None) -> Tensor:
         """Mean cross-entropy of the next-token logits; with gradients, CE_KERNEL's fused op (evals keep this form).
         With cu_seqlens, ids (1, T) is a packed row whose tokens attend within their segment only (SPEC_0427 §5)."""
@@ -1068,7 +1037,6 @@ class GPT(nn.Module):
             return self.ce_op(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), self.logit_softcap).mean()
         logits = self.logits_from_hidden(self.forward_hidden(ids, None, cu_seqlens))
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-
     def forward_hidden(self, ids: Tensor, collector: Optional["HessianCollector"] = None,
                        cu_seqlens: Optional[Tensor] = None, lora: Optional["BatchedLoRA"] = None,
                        rope: Optional[Tuple[Tensor, ...]] = None) -> Tensor:
@@ -1084,7 +1052,7 @@ class GPT(nn.Module):
         rope = (rope or self.rope_tables(ids.size(1), ids.device, x.dtype)) + (cu_seqlens,)
         value_embed = self.ve_shared(ids).to(x.dtype) if self.ve_shared is not None else None
         encoder, decoder = self.layer_orders[self.looping]
-        slot_lora = [None if lora is None else functools.partial(lora, slot) for slot in range(len(encoder + decoder))]
+        slot_lora = [None] * len(encoder + decoder) if lora is None else lora.slots()
         skips = []
         for slot, i in enumerate(encoder):
             x = self.run_block(i, x, x0, rope, value_embed, collector, lora=slot_lora[slot])
@@ -1103,7 +1071,6 @@ class GPT(nn.Module):
             else:
                 x = self.run_block(i, x, x0, rope, value_embed, collector, lora=lora_j)
         return x if lane1 is None else (x + lane1) / 2  # the mean of the lanes (PARALLEL_FINAL_LANE=mean)
-
     def rope_tables(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, ...]:
         """The model's one RoPE table of this length, made once by eager code and read by every path (training,
         evals, GPTQ calibration, TTT scoring and training): a table built inside a compiled graph would get the
@@ -1116,16 +1083,14 @@ class GPT(nn.Module):
             self.rope_cache[key] = rotary_tables(seq_len, self.head_dim, self.rope_dims, self.rope_base, device,
                                                  dtype, *self.rope_args)
         return self.rope_cache[key]
-
     def run_block(self, i: int, x: Tensor, x0: Tensor, rope: tuple, value_embed: Optional[Tensor],
                   collector: Optional["HessianCollector"], lane1: Optional[Tensor] = None, lora=None):
         """Block i on x, or with lane1 its two-lane form on (x, lane1) -> (lane 0, lane 1)."""
         ve = value_embed * self.ve_layer_scales[self.ve_layers.index(i)].to(x.dtype) if i in self.ve_layers else None
-        if lane1 is None:
-            return self.blocks[i](x, x0, self.layer_weights(i), rope, ve, collector, lora)
-        lambdas = (self.parallel_resid_lambdas[i].to(x.dtype), self.parallel_post_lambdas[i].to(x.dtype))
-        return self.blocks[i].forward_lanes(x, lane1, x0, lambdas, self.layer_weights(i), rope, ve, collector, lora)
-
+        lambdas = None if lane1 is None else (self.parallel_resid_lambdas[i].to(x.dtype),
+                                              self.parallel_post_lambdas[i].to(x.dtype))
+        call = block_call if lora is None else self.lora_block  # the TTT's: make_lora_nll compiles them, one per kind
+        return call(self.blocks[i], x, x0, self.layer_weights(i), rope, ve, collector, lora, lane1, lambdas)
     def logits_from_hidden(self, hidden: Tensor, capped: bool = True, lora: Optional["BatchedLoRA"] = None) -> Tensor:
         """(..., d) -> fp32 soft-capped logits (..., V); capped=False: the logits before the softcap, as computed."""
         x = rms_norm(hidden)
@@ -1133,18 +1098,15 @@ class GPT(nn.Module):
         if lora is not None:  # the documents' head adapters (SPEC_0427 §10.4), before the softcap
             logits = logits + lora(0, "head", x)
         return self.logit_softcap * torch.tanh(logits.float() / self.logit_softcap) if capped else logits
-
     def layer_weights(self, i: int) -> Tuple[Tensor, ...]:
         """Layer i's (W_q, W_k, W_v, W_o, W_up, W_down): views of the bank rows."""
         n = self.num_layers
         return (self.qo_bank[i], self.kv_bank[i], self.kv_bank[n + i], self.qo_bank[n + i],
                 self.mlp_up_bank[i], self.mlp_down_bank[i])
-
     def set_qat(self, enabled: bool) -> None:
         for module in self.modules():
             if isinstance(module, CastedLinear):
                 module.qat_active.fill_(float(enabled))
-
     def qat_enabled(self) -> bool:
         return any(bool(m.qat_active) for m in self.modules() if isinstance(m, CastedLinear))
 
@@ -1164,11 +1126,22 @@ def apply_dtype_recipe(model: GPT, h: Hyperparameters) -> GPT:
     (small Adam updates to resid_mix would round away in bf16)."""
     patterns = [part.strip() for part in h.control_tensor_name_patterns.split(",") if part.strip()]
     casted = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+    scales = {name: buffer.clone() for name, buffer in model.named_buffers() if name.endswith("norm_factor")}
     model.bfloat16()
+    for name, value in scales.items():  # the ln scales stay fp32: a bf16 one would round 1/sqrt(layer + 1)
+        model.get_buffer(name).data = value
     for name, param in model.named_parameters():
         if name.endswith("_bank") or id(param) in casted or param.ndim < 2 or any(p in name for p in patterns):
             param.data = param.data.float()
     return model
+
+def block_call(block: "Block", x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed, collector,
+               lora: Optional["SlotLoRA"], lane1: Optional[Tensor], lambdas):
+    """A block on x, or with lane1 its two-lane form; the unit make_lora_nll compiles for the TTT: all that differs
+    between calls of one kind is an input (the block's parameters, its ln scale, weights, adapters): one graph."""
+    if lane1 is None:
+        return block(x, x0, weights, rope, value_embed, collector, lora)
+    return block.forward_lanes(x, lane1, x0, lambdas, weights, rope, value_embed, collector, lora)
 
 class Block(nn.Module):
     def __init__(self, h: Hyperparameters, layer_index: int):
@@ -1179,32 +1152,33 @@ class Block(nn.Module):
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))
-        self.norm_factor = 1.0 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0
+        # the ln scale: a 0-D fp32 tensor, an input of a compiled block (a float would be a constant: a graph per layer)
+        self.register_buffer("norm_factor", torch.tensor(1 / math.sqrt(layer_index + 1) if h.ln_scale else 1.0),
+                             persistent=False)
         self.parallel = 0 <= h.parallel_residual_start <= layer_index  # SPEC_0409 §4: one input to both branches
         self.two_lanes = 0 <= h.parallel_start_layer <= layer_index  # SPEC_0427 §4: GPT calls forward_lanes instead
         self.mlp_op: Optional[Callable] = None  # the fused MLP op when MLP_KERNEL selects Triton
-
     def forward(self, x: Tensor, x0: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
                 collector: Optional["HessianCollector"] = None, lora: Optional[Callable] = None) -> Tensor:
         """x + attn_scale * attn(x), then + mlp_scale * mlp(new x; parallel: attn's input)."""
         mix = self.resid_mix.to(x.dtype)
         x = mix[0] * x + mix[1] * x0
-        attn_in = rms_norm(x) * self.norm_factor
+        attn_in = self.scaled_norm(x)
         x = x + self.attention_branch(attn_in, weights, rope, value_embed, collector, lora)
-        mlp_in = attn_in if self.parallel else rms_norm(x) * self.norm_factor
+        mlp_in = attn_in if self.parallel else self.scaled_norm(x)
         return x + self.mlp_branch(mlp_in, weights, collector, lora)
-
+    def scaled_norm(self, x: Tensor) -> Tensor:  # in fp32, as with a float scale (bf16 x * fp32 tensor: a bf16 scale)
+        return (rms_norm(x).to(self.norm_factor.dtype) * self.norm_factor).to(x.dtype)
     def forward_lanes(self, lane0: Tensor, lane1: Tensor, x0: Tensor, lambdas: Tuple[Tensor, Tensor],
                       weights: Tuple[Tensor, ...], rope, value_embed, collector=None,
                       lora=None) -> Tuple[Tensor, Tensor]:
         """SPEC_0427 §4's two-lane block: a = attn_scale * attn(lane 0 mixed with x0), b = mlp_scale * mlp(lane 1);
         lane k <- resid[k] * lane k + post[0, k] * a + post[1, k] * b, with lambdas = (resid (2,), post (2, 2))."""
         (resid, post), mix = lambdas, self.resid_mix.to(lane0.dtype)
-        attn_in = rms_norm(mix[0] * lane0 + mix[1] * x0) * self.norm_factor
+        attn_in = self.scaled_norm(mix[0] * lane0 + mix[1] * x0)
         a = self.attention_branch(attn_in, weights, rope, value_embed, collector, lora)
-        b = self.mlp_branch(rms_norm(lane1) * self.norm_factor, weights, collector, lora)
+        b = self.mlp_branch(self.scaled_norm(lane1), weights, collector, lora)
         return resid[0] * lane0 + post[0, 0] * a + post[1, 0] * b, resid[1] * lane1 + post[0, 1] * a + post[1, 1] * b
-
     def attention_branch(self, attn_in: Tensor, weights: Tuple[Tensor, ...], rope, value_embed,
                          collector: Optional["HessianCollector"], lora: Optional[Callable] = None) -> Tensor:
         """attn_scale * attn(attn_in), the scale folded into W_o's rows (so the backward saves no branch output);
@@ -1212,7 +1186,6 @@ class Block(nn.Module):
         w_q, w_k, w_v, w_o = weights[:4]
         out = self.attn(attn_in, w_q, w_k, w_v, self.attn_scale[:, None] * w_o, rope, value_embed, collector, lora)
         return out if lora is None else out + self.attn_scale.to(out.dtype) * lora("o", attn_in)
-
     def mlp_branch(self, mlp_in: Tensor, weights: Tuple[Tensor, ...], collector: Optional["HessianCollector"],
                    lora: Optional[Callable] = None) -> Tensor:
         """mlp_scale * mlp(mlp_in), the scale folded into W_down's rows; a collector gets fc's and proj's inputs;
@@ -1228,7 +1201,6 @@ class Block(nn.Module):
 
 class CausalSelfAttention(nn.Module):
     """GQA attention on banked weights; partial RoPE, q/k RMS-norm, q gain, optional XSA and value embedding."""
-
     def __init__(self, h: Hyperparameters, use_xsa: bool, name: str):
         super().__init__()
         self.name = name  # prefix of its matrices' names in the unbanked state dict
@@ -1242,7 +1214,6 @@ class CausalSelfAttention(nn.Module):
         self.backend, self.doc_backend, self.max_piece = "sdpa", "sdpa", h.train_seq_len  # attention with cu_seqlens
         self.qkv_op: Optional[Callable] = None  # the fused q/k/v op when QK_KERNEL selects Triton
         self.xsa_op: Optional[Callable] = None  # the fused XSA op, likewise
-
     def forward(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, rope: Tuple[Tensor, ...],
                 value_embed: Optional[Tensor], collector: Optional["HessianCollector"] = None,
                 lora: Optional[Callable] = None) -> Tensor:
@@ -1288,7 +1259,6 @@ class CausalSelfAttention(nn.Module):
 
 class ScaledEmbedding(nn.Module):
     """scale * proj(embed(ids)): the hashed bigram embedding (SPEC §4.2) and the shared value embedding."""
-
     def __init__(self, num_embeddings: int, embed_dim: int, out_dim: int, scale: float, init_std: float = 0.0):
         super().__init__()
         self.embed = nn.Embedding(num_embeddings, embed_dim)
@@ -1296,7 +1266,6 @@ class ScaledEmbedding(nn.Module):
             nn.init.normal_(self.embed.weight, std=init_std)  # before proj's draws, as the record's value embedding
         self.proj = CastedLinear(embed_dim, out_dim)
         self.scale = nn.Parameter(torch.tensor(scale))
-
     def forward(self, ids: Tensor) -> Tensor:
         return self.scale * self.proj(self.embed(ids))
 
@@ -1308,11 +1277,9 @@ def bigram_buckets(ids: Tensor, buckets: int) -> Tensor:
 
 class SmearGate(nn.Module):
     """out_t = (1 - g) * x_t + g * x_{t-1} with g = sigmoid(gate) per channel and x_{-1} = 0."""
-
     def __init__(self, dim: int):
         super().__init__()
         self.gate = nn.Parameter(torch.zeros(dim))
-
     def forward(self, x: Tensor) -> Tensor:
         g = torch.sigmoid(self.gate.to(x.dtype))
         return (1 - g) * x + g * F.pad(x[:, :-1], (0, 0, 1, 0))
@@ -1321,12 +1288,10 @@ class TokenSmearGate(nn.Module):
     """04-27's SmearGate (SPEC_0427 §4), on the embedding: x_t += lam sigmoid(w x_t[:window]) x_{t-1} for t >= 1,
     x_0 kept; with bos_mask not where ids_t is BOS, so a document's first token never takes the previous document's
     last (PR #1851's fix; PR #1797 had none). w (1, window) and the scalar lam start at zero: the identity."""
-
     def __init__(self, window: int, bos_mask: bool):
         super().__init__()  # the record's nn.Linear(window, 1) draws its default init (SPEC_0427 §12), zeroed later
         self.weight = nn.Parameter(nn.init.kaiming_uniform_(torch.empty(1, window), a=math.sqrt(5)))
         self.bos_mask = bos_mask
-
     def forward(self, x: Tensor, ids: Tensor, lam: Tensor) -> Tensor:
         gate = lam.to(x.dtype) * torch.sigmoid(F.linear(x[:, 1:, :self.weight.size(1)], self.weight.to(x.dtype)))
         if self.bos_mask:
@@ -1336,11 +1301,9 @@ class TokenSmearGate(nn.Module):
 class CastedLinear(nn.Linear):
     """fp32 weight cast to the activation dtype; in training the 0/1 tensor `qat_active` (a tensor: no recompile
     when late QAT starts) blends in the fake-quantized weight with a straight-through gradient."""
-
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
         self.register_buffer("qat_active", torch.zeros(()), persistent=False)
-
     def forward(self, x: Tensor) -> Tensor:
         weight = self.weight
         if self.training:
@@ -1376,12 +1339,10 @@ def rotary_tables(seq_len: int, head_dim: int, rope_dims: int, base: float, devi
 
 class _SwapPairsTimes(torch.autograd.Function):
     """x[..., swap] * table for a self-inverse swap: the backward is a gather too, not autograd's scatter-add."""
-
     @staticmethod
     def forward(ctx, x: Tensor, table: Tensor, swap: Tensor) -> Tensor:
         ctx.save_for_backward(table, swap)
         return x[..., swap] * table
-
     @staticmethod
     def backward(ctx, grad: Tensor):
         table, swap = ctx.saved_tensors
@@ -2085,7 +2046,6 @@ class ParallelMuon(torch.optim.Optimizer):
     launch_reduce_scatter() starts async AVG reduce-scatters of the zero-padded grads, largest bank first, while the
     caller steps Adam; step(), per bank: wait for its shard, Nesterov, MuonEq-R if on, NS5 on this rank's rows, async
     all-gather, and apply the previous bank's update meanwhile. Banks stay bit-identical across ranks."""
-
     def __init__(self, banks: List[nn.Parameter], h: Hyperparameters, dist_info: DistInfo):
         self.banks = sorted(banks, key=lambda p: -p.numel())  # stable: up, down, qo, kv for the record
         super().__init__(self.banks, dict(lr=h.matrix_lr, base_lr=h.matrix_lr, momentum=h.muon_momentum,
@@ -2105,7 +2065,6 @@ class ParallelMuon(torch.optim.Optimizer):
         self.gathered = [torch.empty_like(padded, dtype=self.update_dtype) if world > 1 else None
                          for padded in self.padded]
         self.reduce_handles = [None] * len(self.banks)
-
     @torch.no_grad()
     def launch_reduce_scatter(self) -> None:
         for index, (bank, padded, shard) in enumerate(zip(self.banks, self.padded, self.shards)):
@@ -2113,14 +2072,12 @@ class ParallelMuon(torch.optim.Optimizer):
             if self.dist_info.distributed:
                 self.reduce_handles[index] = dist.reduce_scatter_tensor(shard, padded, op=dist.ReduceOp.AVG,
                                                                         async_op=True)
-
     def reduced_shard(self, index: int) -> Tensor:
         """This rank's rows of bank `index`'s averaged gradient, once its reduce-scatter is done."""
         if self.reduce_handles[index] is not None:
             self.reduce_handles[index].wait()
             self.reduce_handles[index] = None
         return self.shards[index]
-
     @torch.no_grad()
     def step(self, closure=None) -> None:
         group, pending = self.param_groups[0], None
@@ -2172,7 +2129,6 @@ def average_replicated_grads(grads: List[Tensor], dist_info: DistInfo) -> None:
 class Optimizers:
     """Muon for the banks; AdamW for the embeddings (a group each) and the scalars/small matrices; Adam for an untied
     head. step() keeps the record's order: reduce-scatters out, small all-reduces, Adam, Muon."""
-
     def __init__(self, h: Hyperparameters, model: GPT, dist_info: DistInfo):
         self.dist_info = dist_info
         banks = [model.qo_bank, model.kv_bank, model.mlp_up_bank, model.mlp_down_bank]
@@ -2193,13 +2149,11 @@ class Optimizers:
         self.replicated_params = embeddings + scalars + head
         self.clip_norm = h.grad_clip_norm if h.grad_clip_scope == "reduced" else 0.0
         self.all = [self.muon] + self.adams
-
     def set_schedule(self, lr_scale: float, muon_momentum: float) -> None:
         for optimizer in self.all:
             for group in optimizer.param_groups:
                 group["lr"] = group["base_lr"] * lr_scale
         self.muon.param_groups[0]["momentum"] = muon_momentum
-
     def step(self) -> None:
         self.muon.launch_reduce_scatter()
         average_replicated_grads([param.grad for param in self.replicated_params], self.dist_info)
@@ -2208,7 +2162,6 @@ class Optimizers:
         for adam in self.adams:
             adam.step()
         self.muon.step()
-
     @torch.no_grad()
     def clip_reduced_grads(self) -> None:
         """GRAD_CLIP_SCOPE=reduced: clip_grad_norm_ of the averaged grads (04-09, after DDP). The banks' squared norms
@@ -2219,7 +2172,6 @@ class Optimizers:
         total = (banked + torch.stack(torch._foreach_norm(grads)).float().square().sum()).sqrt()
         coefficient = (self.clip_norm / (total + 1e-6)).clamp_max(1.0)  # as clip_grad_norm_
         torch._foreach_mul_(shards + grads, coefficient)
-
     def zero_grad(self) -> None:
         for optimizer in self.all:
             optimizer.zero_grad(set_to_none=True)
@@ -2251,17 +2203,14 @@ class WeightAverages:
     """fp32 EMA of the state_dict every step and, with SWA_ENABLED and EMA_ENABLED=0 (the EMA wins, as in the
     record), a CPU fp32 sum of snapshots every SWA_EVERY steps once the LR scale is below 0.2. The state_dict holds
     detached views of the live weights, so neither update records autograd history."""
-
     def __init__(self, h: Hyperparameters, model: nn.Module):
         self.h, self.live, self.swa_enabled = h, model.state_dict(), h.swa_enabled and not h.ema_enabled
         self.ema = {k: t.float().clone() for k, t in self.live.items()} if h.ema_enabled else None
         self.swa_sum, self.swa_count = None, 0
-
     def update_ema(self) -> None:
         if self.ema is not None:
             live = [self.live[k].float() for k in self.ema]
             torch._foreach_lerp_(list(self.ema.values()), live, 1.0 - self.h.ema_decay)
-
     def maybe_accumulate_swa(self, step: int, lr_scale: float) -> bool:
         """Adds a snapshot on SWA steps; True when it was the first (the caller logs `swa:start`)."""
         if not (self.swa_enabled and lr_scale < 0.2 and step % self.h.swa_every == 0):
@@ -2322,7 +2271,6 @@ def count_target_bytes(prev_ids: Tensor, target_ids: Tensor, tables: ByteTables)
 class ValidationData:
     tokens: np.ndarray  # uint16, trimmed to k*Lv + 1 tokens so every length-Lv sequence is full
     target_bytes: Tensor  # int32 (num_targets,) on the device: the text bytes of target j = tokens[j + 1]
-
     @property
     def num_targets(self) -> int:
         return self.tokens.size - 1
@@ -2476,9 +2424,7 @@ def score_windows(h, dist_info, model, hidden_forward, tokens, target_bytes, win
             y, score_mask = y[:, first_position:], score_mask[:, first_position:]
             nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
             positions = starts[:, None] + torch.arange(first_position, window_len, device=tokens.device)
-            sums[0] += torch.where(score_mask, nll.double(), 0.0).sum()
-            sums[1] += score_mask.sum()
-            sums[2] += torch.where(score_mask, target_bytes[positions.clamp_max(num_targets - 1)], 0).sum()
+            accumulate_scores(sums, nll, score_mask, positions.clamp_max(num_targets - 1), target_bytes)
 
 def sliding_window_eval(h, dist_info, model: nn.Module, hidden_forward: Callable, tokens: Tensor, target_bytes,
                         stride: int) -> tuple:
@@ -2606,7 +2552,6 @@ class BatchedLoRA(nn.Module):
     """SPEC_0427 §10.4: per document row d of a batch, rank-r adapters on each block call's ("slot's") q, k, v, o and
     MLP and on the head: delta_d(x) = (alpha / r) (x A_d^T) B_d^T, A_d (r, in) ~ U(+-1/sqrt(in)), B_d (out, r). All
     read the normed input of their branch (or of the head); the model adds o's and MLP's before the branch scale."""
-
     def __init__(self, h: Hyperparameters, slots: int, rows: int, device: torch.device):
         super().__init__()
         dim, kv_dim, rank = h.model_dim, h.num_kv_heads * (h.model_dim // h.num_heads), h.ttt_lora_rank
@@ -2617,7 +2562,6 @@ class BatchedLoRA(nn.Module):
                                    for k, n in outs.items()})
         self.scale, self.generator = h.ttt_lora_alpha / rank, torch.Generator(device).manual_seed(h.seed)
         self.reset(fresh_a=True)
-
     @torch.no_grad()
     def reset(self, fresh_a: bool) -> None:
         """B <- 0 (each batch: the adapters start as the identity); fresh_a: new draws of A (the run's start and each
@@ -2627,7 +2571,6 @@ class BatchedLoRA(nn.Module):
             if fresh_a:
                 bound = self.a[kind].size(-1) ** -0.5
                 self.a[kind].uniform_(-bound, bound, generator=self.generator)
-
     @contextlib.contextmanager
     def fresh(self):
         """Fresh adapters for one batch, then the kept A back (SPEC_0427 §12: the record gives a batch of another size
@@ -2637,10 +2580,23 @@ class BatchedLoRA(nn.Module):
         yield
         for a, saved in zip(self.a.values(), kept):
             a.data.copy_(saved)
-
     def forward(self, slot: int, kind: str, x: Tensor) -> Tensor:
+        return SlotLoRA({kind: (self.a[kind][slot], self.b[kind][slot])}, self.scale)(kind, x)
+    def slots(self) -> List["SlotLoRA"]:
+        """Every block call's adapters, by unbind: its backward stacks the slots' gradients once per tensor (indexing
+        per slot would add a full-size gradient per slot: 17 x 178 MB per tensor at the record's size)."""
+        rows = {kind: (self.a[kind].unbind(0), self.b[kind].unbind(0)) for kind in self.a if kind != "head"}
+        return [SlotLoRA({kind: (a[slot], b[slot]) for kind, (a, b) in rows.items()}, self.scale)
+                for slot in range(self.a["q"].size(0))]
+
+class SlotLoRA(NamedTuple):
+    """One block call's adapters {kind: (A, B)}: views, inputs of a compiled block (a tuple's tensors are; a plain
+    object's would be constants: a graph per slot)."""
+    adapters: Dict[str, Tuple[Tensor, Tensor]]
+    scale: float
+    def __call__(self, kind: str, x: Tensor) -> Tensor:
         """x (n, T, in) -> (n, T, out): the adapters of the last n rows (a step's rows whose documents go on)."""
-        a, b = (p[kind][slot].narrow(0, p[kind].size(1) - x.size(0), x.size(0)).to(x.dtype) for p in (self.a, self.b))
+        a, b = (p.narrow(0, p.size(0) - x.size(0), x.size(0)).to(x.dtype) for p in self.adapters[kind])
         return torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2)) * self.scale
 
 def lora_context(chunk_end: int, ctx: int) -> int:
@@ -2697,27 +2653,66 @@ def lora_cuda_graphs(h, dist_info) -> bool:
 def make_lora_nll(h, dist_info, model: GPT, lora: BatchedLoRA) -> Callable:
     """(x (rows, T), y (rows, C), picks (rows, C) positions of x) -> fp32 nll (rows, C) of the LoRA'd model; the
     hidden states are picked before the head, whose logits would not fit for every position. The RoPE tables are
-    the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in, and the row
-    count and length are marked dynamic: one graph for every step (>= 2 rows; the record: dynamic=True, §10.4)."""
-    def nll(x: Tensor, y: Tensor, picks: Tensor, rope: Tuple[Tensor, ...]) -> Tensor:
-        hidden = model.forward_hidden(x, lora=lora, rope=rope)
+    the first T rows of the EVAL_SEQ_LEN table (the same values: no NTK with phased TTT), passed in. Compiled: the
+    block calls (a graph per kind of block) and the head, the glue eager (one graph of it all took ~150 s to compile
+    cold, these ~30 s); row count and length marked dynamic: every step shares them (the record: dynamic=True)."""
+    def head_nll(hidden: Tensor, y: Tensor, picks: Tensor) -> Tensor:
         hidden = hidden.gather(1, picks[..., None].expand(-1, -1, hidden.size(-1)))
         logits = model.logits_from_hidden(hidden, capped=False, lora=lora)  # the softcap in the autocast dtype (bf16),
         logits = model.logit_softcap * torch.tanh(logits / model.logit_softcap)  # as the record's (SPEC_0427 §12)
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-    compiled, graphs = nll, lora_cuda_graphs(h, dist_info)  # graphs: a small step is CPU-bound (~2,800 launches)
+    def dynamic(*tensors: Optional[Tensor]) -> None:  # rows and length (a RoPE table: its length)
+        for tensor, dim in ((t, dim) for t in tensors if t is not None for dim in range(min(2, t.dim() - 1))):
+            torch._dynamo.maybe_mark_dynamic(tensor, dim)
+    head = head_nll
     if compile_enabled(h, dist_info):
-        compiled = torch.compile(nll, fullgraph=True, mode="reduce-overhead" if graphs else None)
-        torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None  # a graph per (rows, length): by design
+        head, block = (torch.compile(fn, fullgraph=True) for fn in (head_nll, block_call))
+        def dynamic_block(module, x, x0, weights, rope, value_embed, collector, slot, lane1, lambdas):
+            x = x if x.requires_grad else x.detach().requires_grad_()  # the first block's too: no graph of its own
+            dynamic(x, x0, lane1, value_embed, *rope[:2])
+            return block(module, x, x0, weights, rope, value_embed, collector, slot, lane1, lambdas)
+        model.lora_block = dynamic_block
     cos, sin, swap = model.rope_tables(h.effective_eval_seq_len, dist_info.device, model.tok_emb.weight.dtype)
     def call(x: Tensor, y: Tensor, picks: Tensor) -> Tensor:
-        if graphs:  # the last step's outputs are dead: its graphs' memory is reused
-            torch.compiler.cudagraph_mark_step_begin()
-        rope = (cos[:x.size(1)], sin[:x.size(1)], swap)
-        for tensor, dim in ((x, 0), (x, 1), (y, 0), (picks, 0), (rope[0], 0), (rope[1], 0)):
-            torch._dynamo.maybe_mark_dynamic(tensor, dim)
-        return compiled(x, y, picks, rope)
+        hidden = model.forward_hidden(x, lora=lora, rope=(cos[:x.size(1)], sin[:x.size(1)], swap))
+        dynamic(hidden, y, picks)
+        return head(hidden, y, picks)
     return call
+
+class LoraStepper:
+    """A LoRA step: the fp32 nll (rows, C) of its targets by the adapters as they are; then, training, one AdamW step
+    on the scored ones' nll times their row's weight. A training step of a shape capture() recorded (a CUDA graph)
+    replays it on copies of its inputs: 1 launch, not ~3,500 (CPU-bound); its nll, the graph's output, lives until
+    the next step."""
+    def __init__(self, h, dist_info, nll_fn: Callable, optimizer):
+        self.dist_info, self.nll_fn, self.optimizer, self.graphs = dist_info, nll_fn, optimizer, {}
+        self.pool = torch.cuda.graph_pool_handle() if lora_cuda_graphs(h, dist_info) else None  # the graphs' memory
+    def __call__(self, x: Tensor, y: Tensor, picks: Tensor, scored: Tensor, weight: Tensor, train: bool) -> Tensor:
+        if not train or tuple(x.shape) not in self.graphs:
+            return self.run(x, y, picks, scored, weight, train)
+        graph, inputs, nll = self.graphs[tuple(x.shape)]
+        for static, value in zip(inputs, (x, y, picks, scored, weight)):
+            static.copy_(value)
+        graph.replay()
+        return nll
+    def run(self, x: Tensor, y: Tensor, picks: Tensor, scored: Tensor, weight: Tensor, train: bool = True) -> Tensor:
+        with autocast_context(self.dist_info):
+            nll = self.nll_fn(x, y, picks)
+        if train:  # scored above; now trained on
+            self.optimizer.zero_grad(set_to_none=True)
+            (torch.where(scored, nll, 0.0) * weight[:, None]).sum().backward()
+            self.optimizer.step()
+        return nll.detach()
+    def capture(self, *inputs: Tensor) -> None:  # the training step at these inputs' shape, after one ran (compiles)
+        inputs = tuple(tensor.clone() for tensor in inputs)
+        graph, _ = torch.cuda.CUDAGraph(), self.optimizer.zero_grad(set_to_none=True)  # gradients: the graph's own
+        with torch.cuda.graph(graph, pool=self.pool):  # the graphs share one pool: they never run at once
+            nll = self.run(*inputs)
+        self.graphs[tuple(inputs[0].shape)] = (graph, inputs, nll)
+    def reset(self) -> None:
+        """A fresh AdamW state (zeros, step 0), in place: the captured steps read and write these very tensors."""
+        for value in (value for state in self.optimizer.state.values() for value in state.values()):
+            value.zero_()
 
 def accumulate_scores(sums: Tensor, nll: Tensor, scored: Tensor, targets: Tensor, target_bytes: Tensor) -> None:
     """Adds the scored entries of nll (and their targets' bytes) to the fp64 [nll, targets, bytes] sums."""
@@ -2725,8 +2720,8 @@ def accumulate_scores(sums: Tensor, nll: Tensor, scored: Tensor, targets: Tensor
     sums[1] += scored.sum()
     sums[2] += torch.where(scored, target_bytes[targets], 0).sum()
 
-def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer, tokens: Tensor, target_bytes,
-                   spans: Tensor, sums: Tensor) -> None:
+def lora_ttt_batch(h, lora: BatchedLoRA, stepper: LoraStepper, tokens: Tensor, target_bytes, spans: Tensor,
+                   sums: Tensor) -> None:
     """One batch of documents (spans (rows, 2), CPU; empty rows pad it, first): step c scores targets [cC, (c+1)C) of
     each document, with up to EVAL_SEQ_LEN tokens of its own context, by a forward whose adapters trained on its
     earlier chunks only; then one AdamW step on the mean nll of those targets of every document with a later chunk.
@@ -2737,7 +2732,7 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
     longest, all_first, all_lengths = int(lengths_cpu.max()), spans[:, 0].to(device), lengths_cpu.to(device)
     offsets = torch.arange(chunk, device=device)
     lora.reset(fresh_a=False)
-    optimizer.state.clear()
+    stepper.reset()
     for step in range(ceil_div(longest, chunk)):
         lo = rows - lora_step_rows(rows - int((lengths_cpu > step * chunk).int().argmax()), rows)
         first, lengths = all_first[lo:], all_lengths[lo:]
@@ -2749,21 +2744,16 @@ def lora_ttt_batch(h, dist_info, nll_fn: Callable, lora: BatchedLoRA, optimizer,
         x = torch.where(positions < width[:, None], tokens[(window[:, None] + positions) % tokens.numel()], 0)
         picks = (width[:, None] - chunk + offsets).clamp_min(0)
         scored, targets = offsets >= chunk - new[:, None], window[:, None] + picks
-        with autocast_context(dist_info):
-            nll = nll_fn(x.long(), tokens[targets + 1].long(), picks)
-        accumulate_scores(sums, nll.detach(), scored, targets, target_bytes)
-        if (step + 1) * chunk < longest:  # scored above; now trained on (a document's last chunk never)
-            weight = (end < lengths).float() / new.clamp_min(1)
-            optimizer.zero_grad(set_to_none=True)
-            (torch.where(scored, nll, 0.0) * weight[:, None]).sum().backward()
-            optimizer.step()
+        weight = (end < lengths).float() / new.clamp_min(1)  # a document's last chunk: 0 (its batch's: no step)
+        nll = stepper(x.long(), tokens[targets + 1].long(), picks, scored, weight, (step + 1) * chunk < longest)
+        accumulate_scores(sums, nll, scored, targets, target_bytes)
 
-def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLoRA, optimizer, shapes) -> None:
+def warm_up_lora_ttt(h, dist_info, model: GPT, lora: BatchedLoRA, stepper: LoraStepper, shapes) -> None:
     """On random tokens (no val data): the global SGD's forward + backward on a packed row of this rank's share of a
     chunk (gradients dropped: its kernels' first-use compiles and autotuning happen here, not in phase 1, where every
     rank would wait); a LoRA step (forward, backward, AdamW) at each (rows, row length) of `shapes` (the first compiles
-    the dynamic graph, the rest check that nothing else does; with CUDA graphs each shape runs twice: the second call
-    records its graphs, which the loop then replays); then restores the adapters' first draw."""
+    the dynamic graphs, the rest check that nothing else does), each then captured as a CUDA graph when the stepper
+    records them; then restores the adapters' first draw and a fresh AdamW state."""
     generator, device = torch.Generator(dist_info.device).manual_seed(h.seed), dist_info.device
     seqs = min(h.ttt_batch_seqs, ceil_div(h.ttt_chunk_tokens // h.train_seq_len, dist_info.world_size))
     row = torch.randint(0, h.vocab_size, (1, seqs * h.train_seq_len + 1), device=device, generator=generator)
@@ -2773,16 +2763,16 @@ def warm_up_lora_ttt(h, dist_info, model: GPT, nll_fn: Callable, lora: BatchedLo
         loss = model(row[:, :-1], row[:, 1:], torch.from_numpy(cu_seqlens).to(device))
     loss.backward()
     model.eval().requires_grad_(False).zero_grad(set_to_none=True)
-    for n, seq_len in [shape for shape in shapes for _ in range(1 + lora_cuda_graphs(h, dist_info))]:
+    for n, seq_len in shapes:
         x, y = (torch.randint(0, h.vocab_size, (n, width), device=device, generator=generator)
                 for width in (seq_len, h.ttt_lora_chunk))
         picks = (seq_len - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk, device=device)).repeat(n, 1)
-        with autocast_context(dist_info):  # contiguous inputs like the steps' (a compiled graph guards strides)
-            nll = nll_fn(x, y, picks)
-        nll.mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    optimizer.state.clear()
+        inputs = (x, y, picks, picks >= 0, torch.full((n,), 1 / h.ttt_lora_chunk, device=device))  # all scored
+        stepper.run(*inputs)  # contiguous inputs like the steps' (a compiled graph guards strides)
+        if stepper.pool is not None:
+            stepper.capture(*inputs)
+    stepper.optimizer.zero_grad(set_to_none=True)
+    stepper.reset()
     lora.generator.manual_seed(h.seed)
     lora.reset(fresh_a=True)
 
@@ -2823,12 +2813,12 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
     model.requires_grad_(False).eval()
     lora = BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
-                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # 1 kernel a step, not ~200
-    nll_fn = make_lora_nll(h, dist_info, model, lora)
-    if compile_enabled(h, dist_info):  # TTT_WARMUP_SHAPES=rank: only the shapes this rank's batches will meet
+                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda,  # 1 kernel a step, not ~200
+                                  capturable=lora_cuda_graphs(h, dist_info))
+    stepper = LoraStepper(h, dist_info, make_lora_nll(h, dist_info, model, lora), optimizer)
+    if compile_enabled(h, dist_info):  # the shapes this rank's batches meet (its schedule is known), most rows first
         mine = {shape for ranks in assignment for q in ranks[dist_info.rank] for shape in lora_steps(h, lengths[q])}
-        shapes = [shape for shape in lora_shapes(h) if h.ttt_warmup_shapes == "all" or shape in mine]
-        warm_up_lora_ttt(h, dist_info, model, nll_fn, lora, optimizer, shapes)
+        warm_up_lora_ttt(h, dist_info, model, lora, stepper, [shape for shape in lora_shapes(h) if shape in mine])
     sync_device(dist_info)
     loop_started, busy, sums = time.perf_counter(), 0.0, torch.zeros(3, dtype=torch.float64, device=dist_info.device)
     for segment, ranks in enumerate(assignment):
@@ -2836,7 +2826,7 @@ def phased_ttt_eval(h, dist_info, logger, model: GPT, tokens: Tensor, target_byt
             busy -= time.perf_counter()
             spans_q = F.pad(spans[queue[q]], (0, 0, h.ttt_doc_batch - queue[q].numel(), 0))  # ascending lengths
             with lora.fresh() if queue[q].numel() < h.ttt_doc_batch else contextlib.nullcontext():
-                lora_ttt_batch(h, dist_info, nll_fn, lora, optimizer, tokens, target_bytes, spans_q, sums)
+                lora_ttt_batch(h, lora, stepper, tokens, target_bytes, spans_q, sums)
             sync_device(dist_info)
             busy += time.perf_counter()
             if dist_info.is_main and index % 50 == 0:
@@ -3273,7 +3263,6 @@ def account_submission_bytes(h, logger, raw_model_bytes: int, artifact_bytes: in
 
 class HessianCollector(dict):
     """{unbanked name: sum of X^T X (fp32)} of the inputs of the matrices GPTQ quantizes; one term per looped pass."""
-
     def add(self, x: Tensor, *names: str) -> None:
         rows = x.detach().reshape(-1, x.size(-1)).float()
         gram = rows.T @ rows

@@ -5,7 +5,8 @@ evals     a short RECIPE=2026-04-27 model (unless --artifact), then on its artif
           full-model TTT (TTT_MODE=full at 04-09's lr 0.005, 3 epochs) and the phased LoRA TTT (TTT_PHASE_DOCS
           scaled to the val set as 2,500 of 50,000 documents), each timed from deserialization (compile included)
           on --nproc GPUs, with each rank's own scoring seconds.
-warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt; then
+warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt (and
+          in it of the first LoRA step at each shape, the first one compiling, and of that step's capture); then
           the cost model of `estimate`: ms per LoRA step (forward + backward + AdamW) at each row length on
           TTT_DOC_BATCH rows ("lora_step_ms") and on each power of 2 >= 2 below ("lora_step_ms_rows_<n>": a step
           computes only the rows whose documents go on: every shape it can have), and per global-SGD forward +
@@ -18,7 +19,7 @@ estimate  (CPU) the phased TTT's loop time, its schedule simulated with that cos
           at each phase every rank waits for the last, then all run the phase's SGD chunks.
 
   python3 bench/eval_speed.py evals [--nproc 2] [--parts train,sliding,full,phased] [--artifact A.ptz] [--out DIR]
-  python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json] [--compile-mode MODE]
+  python3 bench/eval_speed.py warmup [--budget 280] [--repeats 5] [--json startup.json]
   python3 bench/eval_speed.py estimate --cost startup.json --val .carry/wiki_caseops --world 1,2,4
   python3 bench/eval_speed.py estimate --cost startup.json --record-logs ../shared/caseops/record_0427_seed*.log \\
       --world 8
@@ -33,7 +34,7 @@ batches of 64 documents; the others' longest interpolated, lengths inside a batc
 its phases at 833/1,666/2,500 documents and SGD chunks 131/219/289 (its `tttg` lines, at 8 GPUs; used at every
 world size). Not modelled: the SGD gradients' all-reduce, per-batch host work, any compile inside the loop (the
 warm-up compiles before it)."""
-import argparse, functools, glob, json, math, os, re, sys, time
+import argparse, glob, json, math, os, re, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -215,13 +216,20 @@ def warmup(args) -> None:
     model.requires_grad_(False).eval()
     lora = tg.BatchedLoRA(h, sum(map(len, model.layer_orders[model.looping])), h.ttt_doc_batch, dist_info.device)
     optimizer = torch.optim.AdamW(lora.parameters(), lr=h.ttt_lora_lr, betas=(0.0, 0.99), eps=1e-10,
-                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda)  # as phased_ttt_eval's
-    if args.compile_mode:  # the trainer's LoRA graph in another torch.compile mode (reduce-overhead: CUDA graphs)
-        result["compile_mode"] = args.compile_mode
-        torch.compile = functools.partial(torch.compile, mode=args.compile_mode)
-    nll_fn = tg.make_lora_nll(h, dist_info, model, lora)
-    result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, nll_fn, lora,
-                                                                             optimizer, tg.lora_shapes(h)))
+                                  weight_decay=h.ttt_lora_wd, fused=dist_info.is_cuda,  # as phased_ttt_eval's
+                                  capturable=tg.lora_cuda_graphs(h, dist_info))
+    stepper = tg.LoraStepper(h, dist_info, tg.make_lora_nll(h, dist_info, model, lora), optimizer)
+    shape_s = result["warm_up_shape_s"] = []  # the warm-up's first step at each shape, and its capture, timed
+    for name in ("run", "capture"):  # (a capture runs the step too: untimed there, no synchronizing in a capture)
+        setattr(stepper, name, lambda *a, _m=getattr(stepper, name), _n=name: _m(*a) if dist_info.is_cuda and
+                torch.cuda.is_current_stream_capturing() else shape_s.append([_n, *a[0].shape, timed(lambda: _m(*a))]))
+    result["seconds"]["warm_up_lora_ttt"] = timed(lambda: tg.warm_up_lora_ttt(h, dist_info, model, lora, stepper,
+                                                                             tg.lora_shapes(h)))
+    del stepper.run, stepper.capture
+    print("warm-up: rows, row length, seconds of the first step there (the first: the compiles), of its capture")
+    for rows, seq_len, first in ((r, t, s) for name, r, t, s in shape_s if name == "run"):
+        print("%4d %6d %7.2f %7.2f" % (rows, seq_len, first, sum(s for name, r, t, s in shape_s
+                                                                 if name == "capture" and (r, t) == (rows, seq_len))))
     for label, seconds in result["seconds"].items():
         print("%-32s %8.1f s" % (label, seconds), flush=True)
     chunk, device = h.ttt_lora_chunk, dist_info.device
@@ -231,13 +239,10 @@ def warmup(args) -> None:
         x = torch.randint(0, h.vocab_size, (rows, seq_len), device=device, generator=generator)
         y = torch.randint(0, h.vocab_size, (rows, chunk), device=device, generator=generator)
         picks = (seq_len - chunk + torch.arange(chunk, device=device)).repeat(rows, 1)
+        inputs = (x, y, picks, torch.ones_like(picks, dtype=torch.bool), torch.full((rows,), 1 / chunk, device=device))
 
-        def step():
-            with tg.autocast_context(dist_info):
-                nll = nll_fn(x, y, picks)
-            nll.mean().backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        def step():  # a training step as the loop's (a replay of its CUDA graph where the warm-up captured one)
+            stepper(*inputs, True)
         if time.perf_counter() - started > args.budget:
             return report()
         first = timed(step)
@@ -331,7 +336,7 @@ def simulate(tg, h, batches, boundaries, sgd_chunks, cost, world) -> dict:
     chunks = sgd_chunks(phases)
     seconds = [batch_seconds(lengths) for lengths in batches]
     shapes = [len({s for ranks in assignment for q in ranks[rank] for s in tg.lora_steps(h, batches[q])})
-              for rank in range(world)]  # the step shapes each rank meets (what TTT_WARMUP_SHAPES=rank warms up)
+              for rank in range(world)]  # the step shapes each rank meets (what its warm-up runs)
     busy, loop_s, sgd_total = [0.0] * world, 0.0, 0.0
     for segment, ranks in enumerate(assignment):
         loads = [sum(seconds[q] for q in batches_of_rank) for batches_of_rank in ranks]
@@ -386,7 +391,6 @@ def main() -> None:
     warm.add_argument("--budget", type=float, default=280.0)
     warm.add_argument("--repeats", type=int, default=5)
     warm.add_argument("--json", help="also write the measurements here (the cost model of `estimate`)")
-    warm.add_argument("--compile-mode", help="torch.compile mode for the LoRA step (default: the trainer's)")
     sim = modes.add_parser("estimate", help="the phased TTT's loop time from the cost model (CPU)")
     sim.add_argument("--cost", required=True, help="`warmup --json` output")
     source = sim.add_mutually_exclusive_group(required=True)

@@ -244,11 +244,11 @@ def test_the_settings_are_checked_at_start_up(tgpt):
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_warm_up_runs_the_sgd_and_every_step_shape_and_leaves_no_trace(tgpt, monkeypatch, cuda_graphs):
     """warm_up_lora_ttt on random tokens: one train-mode forward + backward of the base model on a packed row of this
-    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA step at every row count a
-    step can have (TTT_DOC_BATCH rows, or a power of 2 >= 2) and every row length, most rows first; with CUDA graphs
-    each shape twice in a row (the first call warms up, the second records the graph the loop replays);
-    afterwards the base weights are bit-identical, frozen, without gradients and in eval mode, the AdamW state is
-    empty and the adapters are the first draw again (B = 0, A as a fresh BatchedLoRA's)."""
+    rank's share of a TTT_CHUNK_TOKENS chunk (with the document-aware cu_seqlens), one LoRA training step at every
+    row count a step can have (TTT_DOC_BATCH rows, or a power of 2 >= 2) and every row length, most rows first; with
+    CUDA graphs each shape's step is captured right after it ran (its compiles done); afterwards the base weights are
+    bit-identical, frozen, without gradients and in eval mode, the adapters have no gradients, the AdamW state is a
+    fresh one's (zeros, step 0) and the adapters are the first draw again (B = 0, A as a fresh BatchedLoRA's)."""
     h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_CHUNK_TOKENS="256", TTT_BATCH_SEQS="1"))
     dist_info = tgpt.DistInfo(0, 1, torch.device("cpu"))
     model = random_model(tgpt, h).requires_grad_(False).eval()
@@ -267,20 +267,26 @@ def test_warm_up_runs_the_sgd_and_every_step_shape_and_leaves_no_trace(tgpt, mon
     nll = tgpt.make_lora_nll(h, dist_info, model, lora)
     assert not tgpt.lora_cuda_graphs(h, dist_info)  # CPU: no CUDA graphs (with or without TORCH_COMPILE=1)
     assert not tgpt.lora_cuda_graphs(dataclasses.replace(h, torch_compile="1"), dist_info)
-    monkeypatch.setattr(tgpt, "lora_cuda_graphs", lambda *args: cuda_graphs)
+    stepper = tgpt.LoraStepper(h, dist_info, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
+                               optimizer)
+    assert stepper.pool is None
+    if cuda_graphs:  # what the warm-up captures, and when (a CUDA graph itself needs a GPU)
+        stepper.pool = "pool"
+        monkeypatch.setattr(stepper, "capture", lambda *inputs: shapes.append(("captured", tuple(inputs[0].shape))))
     assert tgpt.lora_shapes(h) == [(3, 64), (3, 128), (2, 64), (2, 128)]  # 3 or 2 rows (never 1), EVAL_SEQ_LEN=128's
     record = tgpt.Hyperparameters.from_env({"RECIPE": "2026-04-27"})  # 64, 32, … 2 rows by 64, 128, … 2,048 tokens
     assert tgpt.lora_shapes(record) == [(1 << r, 1 << t) for r in range(6, 0, -1) for t in range(6, 12)]
-    tgpt.warm_up_lora_ttt(h, dist_info, model, lambda x, y, picks: shapes.append(tuple(x.shape)) or nll(x, y, picks),
-                          lora, optimizer, tgpt.lora_shapes(h))
+    tgpt.warm_up_lora_ttt(h, dist_info, model, lora, stepper, tgpt.lora_shapes(h))
     assert len(forwards) == 1
     shape, training, grads, (cu_seqlens,) = forwards[0]
     assert shape == (1, h.train_seq_len) and training and all(grads)  # TTT_BATCH_SEQS=1 of 256 // 64 sequences
     assert cu_seqlens.numel() % tgpt.CU_SEQLENS_BUCKET == 0 and int(cu_seqlens[-1]) == h.train_seq_len
-    assert shapes == [shape for shape in [(3, 64), (3, 128), (2, 64), (2, 128)] for _ in range(1 + cuda_graphs)]
+    every = [(3, 64), (3, 128), (2, 64), (2, 128)]
+    assert shapes == [step for shape in every for step in [shape, ("captured", shape)][:1 + cuda_graphs]]
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert not model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
-    assert not optimizer.state
+    assert all(p.grad is None for p in lora.parameters()) and len(optimizer.state) == 12  # a and b of 6 kinds
+    assert all(not value.any() for state in optimizer.state.values() for value in state.values())
     assert all(torch.equal(lora.a[k], fresh.a[k]) and not lora.b[k].any() for k in lora.a)
 
 
@@ -325,12 +331,13 @@ def test_a_step_computes_only_the_rows_whose_documents_go_on_and_changes_nothing
         lora = tgpt.BatchedLoRA(h, sum(map(len, model.layer_orders[True])), 5, torch.device("cpu")).double()
         optimizer = torch.optim.AdamW(lora.parameters(), lr=0.01, betas=(0.0, 0.99), eps=1e-10, weight_decay=0.5)
         nll, calls, sums = tgpt.make_lora_nll(h, dist_info, model, lora), [], []
-        counted = lambda x, y, picks: calls.append(x.size(0)) or nll(x, y, picks)  # noqa: E731
+        stepper = tgpt.LoraStepper(h, dist_info, lambda x, y, picks: calls.append(x.size(0)) or nll(x, y, picks),
+                                   optimizer)
         for spans in (torch.tensor([[0, 0], [0, 0], [500, 520], [1000, 1070], [2000, 2150]]),
                       torch.tensor([[0, 0], [40, 70], [300, 360], [700, 790], [1200, 1330]])):
             sums.append(torch.zeros(3, dtype=torch.float64))
             if batch:
-                batch(h, dist_info, counted, lora, optimizer, tokens, target_bytes, spans, sums[-1])
+                batch(h, lora, stepper, tokens, target_bytes, spans, sums[-1])
             else:
                 full_rows_batch(tgpt, h, nll, lora, optimizer, tokens, target_bytes, spans, sums[-1], calls)
             sums.append([p.detach().clone() for p in lora.parameters()] +
@@ -346,13 +353,11 @@ def test_a_step_computes_only_the_rows_whose_documents_go_on_and_changes_nothing
     assert got[0][1] == expected[0][1] == 20 + 70 + 150  # every target of the batch scored
 
 
-@pytest.mark.parametrize("which", ["all", "rank"])
-def test_the_warm_up_runs_every_shape_the_loop_meets(tgpt, monkeypatch, which):
-    """With the compile on (torch.compile a no-op here), phased_ttt_eval's warm-up runs the LoRA step at every
-    (rows, row length) a step can have (TTT_WARMUP_SHAPES=all) or at those of this rank's batches (rank), in
-    lora_shapes's order; every step of the loop then meets a shape the warm-up ran."""
-    import torch._inductor.config  # noqa: F401 (the real torch.compile imports it; make_lora_nll sets a value)
-    h = tgpt.Hyperparameters.from_env(dict(TTT_ENV, TTT_WARMUP_SHAPES=which))
+def test_the_warm_up_runs_exactly_the_shapes_the_loop_meets(tgpt, monkeypatch):
+    """With the compile on (torch.compile a no-op here), phased_ttt_eval's warm-up runs the LoRA step at the
+    (rows, row length)s of this rank's batches, in lora_shapes's order (most rows first); every step of the loop then
+    meets a shape the warm-up ran, and the warm-up ran no shape the loop does not meet."""
+    h = tgpt.Hyperparameters.from_env(TTT_ENV)
     calls, warmed = [], []
     make_lora_nll, warm_up_lora_ttt = tgpt.make_lora_nll, tgpt.warm_up_lora_ttt
 
@@ -371,7 +376,72 @@ def test_the_warm_up_runs_every_shape_the_loop_meets(tgpt, monkeypatch, which):
     tokens = synthetic_tokens(seed=1, docs=8)  # no batch holds 3 documents of more than 64 targets: no (3, 128) step
     tgpt.phased_ttt_eval(h, tgpt.DistInfo(0, 1, torch.device("cpu")), Quiet(), random_model(tgpt, h), tokens,
                          torch.ones(tokens.numel() - 1, dtype=torch.int32), {})
-    every = [(3, 64), (3, 128), (2, 64), (2, 128)]
-    met = set(calls)
-    assert calls and met <= set(warmed)
-    assert warmed == (every if which == "all" else [(3, 64), (2, 64), (2, 128)]) and met == {(3, 64), (2, 64), (2, 128)}
+    assert calls and warmed == [(3, 64), (2, 64), (2, 128)] and set(calls) == set(warmed)
+
+
+def lora_step_setup(tgpt, rows=3):
+    """A LoraStepper of a random tiny model (TTT_ENV, fp32, CPU) whose nll calls are recorded, and its AdamW."""
+    h = tgpt.Hyperparameters.from_env(TTT_ENV)
+    dist_info, model = tgpt.DistInfo(0, 1, torch.device("cpu")), random_model(tgpt, h).requires_grad_(False).eval()
+    lora = tgpt.BatchedLoRA(h, sum(map(len, model.layer_orders[True])), rows, torch.device("cpu"))
+    optimizer = torch.optim.AdamW(lora.parameters(), lr=0.01, betas=(0.0, 0.99), eps=1e-10, weight_decay=0.5)
+    nll, calls = tgpt.make_lora_nll(h, dist_info, model, lora), []
+    stepper = tgpt.LoraStepper(h, dist_info, lambda x, y, picks: calls.append(tuple(x.shape)) or nll(x, y, picks),
+                               optimizer)
+    return h, lora, optimizer, stepper, calls
+
+
+def step_inputs(h, rows, length, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x, y = (torch.randint(2, 1024, (rows, n), generator=generator) for n in (length, h.ttt_lora_chunk))
+    picks = (length - h.ttt_lora_chunk + torch.arange(h.ttt_lora_chunk)).repeat(rows, 1)
+    scored = torch.rand(rows, h.ttt_lora_chunk, generator=generator) < 0.7
+    return x, y, picks, scored, torch.rand(rows, generator=generator)
+
+
+def test_a_training_step_of_a_captured_shape_replays_its_graph_on_copies_of_its_inputs(tgpt):
+    """LoraStepper: a training step whose (rows, length) was captured copies its inputs into the graph's own tensors,
+    replays the graph and returns the graph's nll; a scoring step (train=False) of that shape and a training step of
+    another shape run the step itself, and only a training step changes the adapters. (A CUDA graph needs a GPU:
+    the graph here is a stand-in whose replay runs the step on the graph's inputs, as a real replay does.)"""
+    h, lora, optimizer, stepper, calls = lora_step_setup(tgpt)
+    static, out, replays = step_inputs(h, 3, 64, seed=0), torch.zeros(3, h.ttt_lora_chunk), []
+
+    class StandIn:
+        def replay(self):
+            replays.append(1)
+            out.copy_(stepper.run(*static))
+    stepper.graphs[(3, 64)] = (StandIn(), static, out)
+    inputs = step_inputs(h, 3, 64, seed=1)
+    got = stepper(*inputs, True)
+    assert got is out and replays == [1] and calls == [(3, 64)]
+    assert all(torch.equal(a, b) for a, b in zip(static, inputs))
+    before = [p.detach().clone() for p in lora.parameters()]
+    scores = stepper(*step_inputs(h, 3, 64, seed=2), False)
+    assert replays == [1] and calls == [(3, 64)] * 2 and scores is not out
+    assert all(torch.equal(p, q) for p, q in zip(lora.parameters(), before))  # scored only, not trained on
+    stepper(*step_inputs(h, 2, 64, seed=3), True)
+    assert replays == [1] and calls[-1] == (2, 64)
+    assert any(not torch.equal(p, q) for p, q in zip(lora.parameters(), before))
+
+
+def test_reset_gives_a_fresh_adamw_state_in_place(tgpt):
+    """LoraStepper.reset() zeroes every AdamW state tensor in place (a captured step holds their addresses): the next
+    step equals, bit for bit, a step of a fresh AdamW state (what the record's new optimizer per batch starts from)."""
+    h, lora, optimizer, stepper, _ = lora_step_setup(tgpt)
+    for seed in (0, 1):
+        stepper(*step_inputs(h, 3, 64, seed), True)
+    state = [value for values in optimizer.state.values() for value in values.values()]
+    kept = [p.detach().clone() for p in lora.parameters()]
+    stepper.reset()
+    after = [value for values in optimizer.state.values() for value in values.values()]
+    assert len(after) == len(state) and all(a is b and not a.any() for a, b in zip(after, state))
+    stepper(*step_inputs(h, 3, 64, seed=2), True)
+    got = [p.detach().clone() for p in lora.parameters()]
+    with torch.no_grad():
+        for p, value in zip(lora.parameters(), kept):
+            p.copy_(value)
+    optimizer.state.clear()
+    stepper(*step_inputs(h, 3, 64, seed=2), True)
+    assert all(torch.equal(a, p) for a, p in zip(got, lora.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(got, kept))  # the step moved the adapters

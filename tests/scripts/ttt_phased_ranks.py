@@ -67,9 +67,9 @@ def recorded(tg, record: dict):
         record["streams"].append(originals["global_sgd_phase"](*args))
         return record["streams"][-1]
 
-    def lora_ttt_batch(h, dist_info, nll_fn, lora, *args):
+    def lora_ttt_batch(h, lora, *args):
         record["batch_a"].append({kind: a.detach().clone() for kind, a in lora.a.items()})
-        return originals["lora_ttt_batch"](h, dist_info, nll_fn, lora, *args)
+        return originals["lora_ttt_batch"](h, lora, *args)
 
     for name, wrapper in (("accumulate_scores", accumulate_scores), ("phase_documents", phase_documents),
                           ("global_sgd_phase", global_sgd_phase), ("lora_ttt_batch", lora_ttt_batch)):
