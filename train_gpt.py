@@ -1167,7 +1167,7 @@ class Block(nn.Module):
         x = x + self.attention_branch(attn_in, weights, rope, value_embed, collector, lora)
         mlp_in = attn_in if self.parallel else self.scaled_norm(x)
         return x + self.mlp_branch(mlp_in, weights, collector, lora)
-    def scaled_norm(self, x: Tensor) -> Tensor:  # in fp32, as with a float scale (bf16 x * fp32 tensor: a bf16 scale)
+    def scaled_norm(self, x: Tensor) -> Tensor:  # the product in fp32, as with a float scale: never a bf16 scale
         return (rms_norm(x).to(self.norm_factor.dtype) * self.norm_factor).to(x.dtype)
     def forward_lanes(self, lane0: Tensor, lane1: Tensor, x0: Tensor, lambdas: Tuple[Tensor, Tensor],
                       weights: Tuple[Tensor, ...], rope, value_embed, collector=None,

@@ -170,6 +170,19 @@ def test_forward_is_causal(tgpt):
     assert not torch.allclose(a[:, 20:], b[:, 20:])
 
 
+def test_the_ln_scale_rounds_as_a_float_product_in_bf16(tgpt):
+    """Block i's ln scale 1/sqrt(i + 1) (SPEC §4) is a 0-D buffer, so that one compiled block serves every layer:
+    apply_dtype_recipe keeps it fp32 (model.bfloat16() alone would round it), and on bf16 activations scaled_norm
+    equals rms_norm(x) times the Python float bit for bit, as the records compute it; a bf16 scale gives other values."""
+    h = tgpt.Hyperparameters.from_env(TINY_MODEL_ENV)
+    model = tgpt.apply_dtype_recipe(tgpt.GPT(h), h)
+    x = torch.randn(2, 64, h.model_dim, generator=torch.Generator().manual_seed(0)).bfloat16()
+    for i, block in enumerate(model.blocks):
+        assert block.norm_factor.dtype == torch.float32 and block.norm_factor.dim() == 0
+        assert torch.equal(block.scaled_norm(x), tgpt.rms_norm(x) * (1 / (i + 1) ** 0.5))
+    assert not torch.equal(tgpt.rms_norm(x) * torch.tensor(3 ** -0.5).bfloat16(), tgpt.rms_norm(x) * 3 ** -0.5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_partial_rope_is_the_spec_rotation_bit_for_bit_forward_and_backward(tgpt, dtype):
     """apply_partial_rotary's one-expression form == SPEC §4's slice form (u' = u cos + w sin, w' = w cos - u sin,
