@@ -2705,7 +2705,8 @@ class LoraStepper:
         return nll.detach()
     def capture(self, *inputs: Tensor) -> None:  # the training step at these inputs' shape, after one ran (compiles)
         inputs = tuple(tensor.clone() for tensor in inputs)
-        graph, _ = torch.cuda.CUDAGraph(), self.optimizer.zero_grad(set_to_none=True)  # gradients: the graph's own
+        self.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates the graph's own gradients
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):  # the graphs share one pool: they never run at once
             nll = self.run(*inputs)
         self.graphs[tuple(inputs[0].shape)] = (graph, inputs, nll)
