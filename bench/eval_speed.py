@@ -6,7 +6,8 @@ evals     a short RECIPE=2026-04-27 model (unless --artifact), then on its artif
           scaled to the val set as 2,500 of 50,000 documents), each timed from deserialization (compile included)
           on --nproc GPUs, with each rank's own scoring seconds.
 warmup    one GPU, no data or artifact: seconds of the start-up kernel choice, build_model and warm_up_lora_ttt (and
-          in it of the first LoRA step at each shape, the first one compiling, and of that step's capture); then
+          in it of the first LoRA step at each shape, the first one compiling, and of that step's capture; the
+          compiles' seconds by phase); then
           the cost model of `estimate`: ms per LoRA step (forward + backward + AdamW) at each row length on
           TTT_DOC_BATCH rows ("lora_step_ms") and on each power of 2 >= 2 below ("lora_step_ms_rows_<n>": a step
           computes only the rows whose documents go on: every shape it can have), and per global-SGD forward +
@@ -191,7 +192,6 @@ def warmup(args) -> None:
     dist_info = tg.init_distributed({})
     result = {"device": torch.cuda.get_device_name(0) if dist_info.is_cuda else "CPU", "torch": torch.__version__,
               "recipe": h.recipe, "doc_batch": h.ttt_doc_batch, "seconds": {}, "lora_step_ms": {}, "sgd_ms": {}}
-
     def timed(work, repeats=1):
         tg.sync_device(dist_info)
         begin = time.perf_counter()
@@ -199,16 +199,13 @@ def warmup(args) -> None:
             work()
         tg.sync_device(dist_info)
         return (time.perf_counter() - begin) / repeats
-
     def report():
         result["peak_mib"] = torch.cuda.max_memory_allocated() // 2**20 if dist_info.is_cuda else None
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
         print("\nRECIPE=%s on %s; total %.1f s" % (h.recipe, result["device"], time.perf_counter() - started))
-
-    kernels = {}
+    kernels, holder = {}, {}
     result["seconds"]["select_kernels"] = timed(lambda: kernels.update(tg.select_kernels(h, dist_info)))
-    holder = {}
     result["seconds"]["build_model"] = timed(lambda: holder.update(model=tg.build_model(h, dist_info.device)))
     model = holder["model"]
     tg.use_kernels(model, *(kernels[part][0] for part in ("attention", "qk", "mlp", "ce", "doc_attention")))
@@ -232,6 +229,12 @@ def warmup(args) -> None:
                                                                  if name == "capture" and (r, t) == (rows, seq_len))))
     for label, seconds in result["seconds"].items():
         print("%-32s %8.1f s" % (label, seconds), flush=True)
+    names, values = torch._dynamo.utils.compile_times(repr="csv", aggregate=False)  # seconds per compile, by phase
+    phases = {name: [float(v) for v in value.split(",") if v.strip()] for name, value in zip(names, values)}
+    print("compile phases over 0.5 s (e.g. _compile.compile_inner: a Dynamo frame, its compile inside; nested)")
+    for name, each in sorted(((n, e) for n, e in phases.items() if sum(e) >= 0.5), key=lambda item: -sum(item[1])):
+        result.setdefault("compile_s", {})[name] = each
+        print("  %-52s %6.1f  %s" % (name, sum(each), " ".join("%.1f" % s for s in each)), flush=True)
     chunk, device = h.ttt_lora_chunk, dist_info.device
     generator = torch.Generator(device).manual_seed(0)
     print("\nLoRA step: rows, row length, ms (a step computes the rows whose documents go on, a power of 2 of them)")
