@@ -167,8 +167,10 @@ if [ -n "${RESUME:-}" ]; then  # a resume trains as the slice before it did, wha
   why="$preset's settings replaced by those of the run that wrote ${resumed[1]}; $gpu_note"
   preset=resume
 fi
+# grep reads all its input (not -q: under pipefail, -q's exit at the first match can kill printf by SIGPIPE and so
+# fail the pipeline at random: a resume would then build the bundled sample it does not use)
 if [ -z "${DATA_PATH:-}" ] && [ -z "${TOKENIZER_PATH:-}" ] \
-    && ! printf '%s\n' "${preset_settings[@]}" | grep -q '^\(DATA\|TOKENIZER\)_PATH='; then
+    && ! printf '%s\n' "${preset_settings[@]}" | grep '^\(DATA\|TOKENIZER\)_PATH=' >/dev/null; then
   if ! ls "data/datasets/$sample"/fineweb_val_*.bin >/dev/null 2>&1 || [ ! -f "data/tokenizers/$sample_tokenizer" ]
   then
     echo "+ $PYTHON data/build_shards.py ${sample_build[*]}   # no dataset configured: building the bundled sample"

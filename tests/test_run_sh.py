@@ -412,6 +412,18 @@ def fake_python(path: Path, block_file: Path, blocked: str, pip_log: Path = None
     path.chmod(0o755)
 
 
+def test_no_shell_script_pipes_into_grep_q_under_pipefail():
+    """grep -q exits at its first match; under pipefail a writer still writing then dies of SIGPIPE and the pipeline
+    fails, at random (it once made a resume build the bundled sample). First the hazard itself, then the scripts."""
+    hazard = "set -o pipefail; printf '%s\\n' DATA_PATH=x $(seq 100000) | grep -q '^DATA_PATH='"
+    assert subprocess.run(["bash", "-c", hazard]).returncode != 0
+    assert subprocess.run(["bash", "-c", hazard.replace("grep -q", "grep") + " >/dev/null"]).returncode == 0
+    scripts = [REPO / "run.sh", REPO / "test.sh", REPO / ".ci" / "run"]
+    piped = [f"{path.name}: {line.strip()}" for path in scripts for line in path.read_text().splitlines()
+             if re.search(r"\|\s*grep\s+(-\w*q|--quiet)", line) and not line.lstrip().startswith("#")]
+    assert piped == []
+
+
 def test_run_sh_test_sh_and_tools_py_use_the_same_interpreter(tmp_path, run_id):
     """python3 has the trainer's modules but not pytest; ./.venv has everything: the old setup sent run.sh to
     python3 and test.sh to .venv."""
